@@ -193,9 +193,14 @@ type SealedRef struct {
 
 func (r SealedRef) String() string { return r.Table + "/" + r.Row + "/" + r.Column }
 
-// Resealer re-seals one value. It returns the new sealed bytes, or nil when
-// the value needs no change (already under the primary version).
-type Resealer func(ref SealedRef, sealed []byte) ([]byte, error)
+// Resealer re-seals sealed values; the keyring stands behind it.
+type Resealer interface {
+	// Reseal returns the value sealed under the primary version, or nil when
+	// it already is.
+	Reseal(ref SealedRef, sealed []byte) ([]byte, error)
+	// Version reads the keyring version a sealed value records.
+	Version(sealed []byte) (uint32, error)
+}
 
 // ResealFailure is a value the Resealer could not handle.
 type ResealFailure struct {
