@@ -91,7 +91,7 @@ func (k Key) Revoked() bool { return k.RevokedAt != nil }
 // Vendor is an OpenAI-compatible upstream.
 type Vendor struct {
 	ID         string    `json:"id"`
-	BaseURL    string    `json:"base_u_r_l"`
+	BaseURL    string    `json:"base_url"`
 	Enabled    bool      `json:"enabled"`
 	KeySealed  []byte    `json:"-"`           // sealed (table "vendors", row ID, column "api_key_sealed"); nil when unset
 	KeyVersion uint32    `json:"key_version"` // the keyring version of KeySealed; 0 when unset
@@ -234,7 +234,11 @@ type Store interface {
 	GetKey(ctx context.Context, id string) (Key, error)
 	// ListKeys returns the keys of a kind; tenantID narrows client keys.
 	ListKeys(ctx context.Context, kind KeyKind, tenantID string) ([]Key, error)
-	// RevokeKey revokes a key of the given kind; revoking twice is not an error.
+	// RevokeKey revokes a key of the given kind; revoking twice is not an
+	// error (and, changing nothing, is neither audited nor a new config
+	// version). Revoking a node key also drops its sealed copy: nothing
+	// presents a revoked key, and a sealed value kept for nothing would pin
+	// an old keyring version.
 	RevokeKey(ctx context.Context, a Actor, kind KeyKind, id string) (Key, error)
 	// NodeKey returns the node's active key, or NotFound.
 	NodeKey(ctx context.Context, nodeID string) (Key, error)
