@@ -1,6 +1,7 @@
 // Package redisstate keeps the gateway's short-lived shared state in Redis:
-// tenant limit counters and the cache of key lookups (SPEC §6, §8). Several
-// replicas share one Redis, so these are the figures they agree on.
+// tenant limit counters, the cache of key lookups, node slot leases and the
+// shared node pool (SPEC §4.2, §4.6, §6, §8). Several replicas share one
+// Redis, so these are the figures they agree on.
 //
 // Redis is never allowed to take a request down with it. Every call goes
 // through one door, (*Redis).Do, which puts a per-call timeout and a circuit
