@@ -33,22 +33,23 @@ func PrincipalFrom(ctx context.Context) (Principal, bool) {
 	return p, ok
 }
 
-// KeyLookup finds a stored key by its lookup id.
-type KeyLookup interface {
-	GetKey(ctx context.Context, id string) (store.Key, error)
+// KeyResolver checks a presented key of a kind (auth.Resolver: cached, and
+// working from cache through a database outage's grace).
+type KeyResolver interface {
+	Resolve(ctx context.Context, presented string, want auth.Kind) (store.Key, error)
 }
 
 // Authenticator checks the bearer key of every AdminService and NodeService
 // call. Health and reflection stay open: they reveal nothing a port scan
 // does not.
 type Authenticator struct {
-	keys      KeyLookup
+	keys      KeyResolver
 	bootstrap string
 }
 
-// NewAuthenticator checks keys against the store; bootstrap, when not empty,
-// is an admin key accepted as is (SWITCHYARD_BOOTSTRAP_ADMIN_KEY).
-func NewAuthenticator(keys KeyLookup, bootstrap string) *Authenticator {
+// NewAuthenticator checks keys with keys; bootstrap, when not empty, is an
+// admin key accepted as is (SWITCHYARD_BOOTSTRAP_ADMIN_KEY).
+func NewAuthenticator(keys KeyResolver, bootstrap string) *Authenticator {
 	return &Authenticator{keys: keys, bootstrap: bootstrap}
 }
 
@@ -121,20 +122,16 @@ func (a *Authenticator) check(ctx context.Context, key string, want auth.Kind) (
 	if err != nil || parsed.Kind != want {
 		return Principal{}, status.Errorf(codes.Unauthenticated, "invalid key: this call needs a %s key (%s…)", want, want.Prefix())
 	}
-	k, err := a.keys.GetKey(ctx, parsed.ID)
+	k, err := a.keys.Resolve(ctx, key, want)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, auth.ErrRevokedKey):
+		return Principal{}, status.Error(codes.Unauthenticated, "key revoked")
+	case errors.Is(err, auth.ErrInvalidKey), errors.Is(err, auth.ErrMissingKey):
 		return Principal{}, status.Error(codes.Unauthenticated, "invalid key")
-	case errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, auth.ErrUnavailable):
 		return Principal{}, status.Error(codes.Unavailable, "the database is unavailable, so the key cannot be checked; retry when it is back")
 	case err != nil:
 		return Principal{}, status.Error(codes.Internal, "the key could not be checked")
-	}
-	if string(k.Kind) != string(want) || !auth.Verify(k.SecretHash, parsed.Secret) {
-		return Principal{}, status.Error(codes.Unauthenticated, "invalid key")
-	}
-	if k.Revoked() {
-		return Principal{}, status.Error(codes.Unauthenticated, "key revoked")
 	}
 	return Principal{Kind: want, KeyID: k.ID, NodeID: k.NodeID}, nil
 }

@@ -24,6 +24,7 @@ import (
 	pb "github.com/switchyard-ai/switchyard/proto/switchyard/v1"
 
 	"github.com/switchyard-ai/switchyard/gateway/admin"
+	"github.com/switchyard-ai/switchyard/gateway/auth"
 	"github.com/switchyard-ai/switchyard/gateway/store"
 	"github.com/switchyard-ai/switchyard/gateway/store/postgres"
 	"github.com/switchyard-ai/switchyard/internal/testenv"
@@ -109,7 +110,12 @@ func newEnvWith(t *testing.T, st store.Store, kr *keyring.Keyring) *env {
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := admin.New(admin.Options{Store: st, Keyring: kr, Logger: logger})
-	g, _ := admin.NewGRPCServer(srv, admin.NewAuthenticator(st, bootstrapKey))
+	// The config version, read live, makes a revocation count at once.
+	resolver := auth.NewResolver(st, auth.ResolverOptions{Version: func() int64 {
+		v, _ := st.ConfigVersion(context.Background())
+		return v
+	}})
+	g, _ := admin.NewGRPCServer(srv, admin.NewAuthenticator(resolver, bootstrapKey))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	pb "github.com/switchyard-ai/switchyard/proto/switchyard/v1"
 
 	"github.com/switchyard-ai/switchyard/gateway/auth"
+	"github.com/switchyard-ai/switchyard/gateway/catalog"
 	"github.com/switchyard-ai/switchyard/gateway/store"
 )
 
@@ -40,12 +41,20 @@ type VendorPauses interface {
 
 // Options wires a Server. Store and Keyring are required.
 type Options struct {
-	Store             store.Store
-	Keyring           Keyring
-	Logger            *slog.Logger
-	Nodes             NodePool     // nil: nodes are listed as registered, status "unknown"
-	Pauses            VendorPauses // nil: no vendor is shown paused
+	Store   store.Store
+	Keyring Keyring
+	Logger  *slog.Logger
+	Nodes   NodePool     // nil: nodes are listed as registered, status "unknown"
+	Pauses  VendorPauses // nil: no vendor is shown paused
+	// Registry is the replica's last configuration, read when the database
+	// is down so that heartbeats keep arriving through an outage.
+	Registry          Registry
 	HeartbeatInterval time.Duration
+}
+
+// Registry hands out the replica's configuration snapshot.
+type Registry interface {
+	Current() *catalog.Snapshot
 }
 
 // Server implements AdminService and NodeService.
@@ -58,6 +67,7 @@ type Server struct {
 	logger   *slog.Logger
 	nodes    NodePool
 	pauses   VendorPauses
+	registry Registry
 	interval time.Duration
 }
 
@@ -77,7 +87,7 @@ func New(o Options) *Server {
 	if o.HeartbeatInterval <= 0 {
 		o.HeartbeatInterval = DefaultHeartbeatInterval
 	}
-	return &Server{store: o.Store, keyring: o.Keyring, logger: o.Logger, nodes: o.Nodes, pauses: o.Pauses, interval: o.HeartbeatInterval}
+	return &Server{store: o.Store, keyring: o.Keyring, logger: o.Logger, nodes: o.Nodes, pauses: o.Pauses, registry: o.Registry, interval: o.HeartbeatInterval}
 }
 
 // --- tenants
@@ -572,6 +582,11 @@ func (s *Server) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.H
 		return nil, s.toStatus(ctx, "Heartbeat", errPermission("this key belongs to node %q, not %q", p.NodeID, req.GetNodeId()))
 	}
 	n, err := s.store.GetNode(ctx, req.GetNodeId())
+	if errors.Is(err, store.ErrUnavailable) && s.registry != nil {
+		if known, ok := s.registry.Current().Nodes[req.GetNodeId()]; ok {
+			n, err = known, nil
+		}
+	}
 	if err != nil {
 		return nil, s.toStatus(ctx, "Heartbeat", err)
 	}

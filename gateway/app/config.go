@@ -38,22 +38,27 @@ type Config struct {
 	LogLevel             slog.Level
 	TLSCert, TLSKey      string
 	MaxBodyBytes         int64
+	SlotTTL              time.Duration
+	HeartbeatInterval    time.Duration
+	NodeSuspectAfter     time.Duration
+	NodeOfflineAfter     time.Duration
 
 	Keyring *keyring.Keyring // parsed from EncryptionKeys/EncryptionPrimary by Validate
 }
 
-// DefaultNodeNetworks are the private ranges nodes may live in (SPEC §4.3).
+// defaultNodeNetworks are the private ranges nodes may live in (SPEC §4.3).
 // Loopback, link-local and cloud-metadata addresses are left out on purpose.
-var defaultNodeNetworks = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,fc00::/7"
+const defaultNodeNetworks = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,fc00::/7"
 
 // rawConfig holds the settings as typed by the operator, before validation.
 type rawConfig struct {
-	databaseURL, databaseMaxConns, redisURL       string
-	httpAddr, grpcAddr, metricsAddr               string
-	encryptionKeys, encryptionPrimary, bootstrap  string
-	dbOutageGrace, budgetOnRedisFailure, nodeNets string
-	shutdownTimeout, logFormat, logLevel          string
-	tlsCert, tlsKey, maxBodyBytes                 string
+	databaseURL, databaseMaxConns, redisURL        string
+	httpAddr, grpcAddr, metricsAddr                string
+	encryptionKeys, encryptionPrimary, bootstrap   string
+	dbOutageGrace, budgetOnRedisFailure, nodeNets  string
+	shutdownTimeout, logFormat, logLevel           string
+	tlsCert, tlsKey, maxBodyBytes                  string
+	slotTTL, heartbeat, suspectAfter, offlineAfter string
 }
 
 // addr defaults differ between serve (all interfaces) and dev (loopback).
@@ -89,6 +94,10 @@ func bindFlags(fs *flag.FlagSet, getenv func(string) string, d addrDefaults) *ra
 	fs.StringVar(&r.logLevel, "log-level", env("SWITCHYARD_LOG_LEVEL", "info"), "debug|info|warn|error (SWITCHYARD_LOG_LEVEL)")
 	fs.StringVar(&r.tlsCert, "tls-cert", env("SWITCHYARD_TLS_CERT", ""), "serve TLS with this certificate file (SWITCHYARD_TLS_CERT)")
 	fs.StringVar(&r.tlsKey, "tls-key", env("SWITCHYARD_TLS_KEY", ""), "…and this key file (SWITCHYARD_TLS_KEY)")
+	fs.StringVar(&r.slotTTL, "slot-ttl", env("SWITCHYARD_SLOT_TTL", "15s"), "lifetime of a node slot lease, renewed while the call runs (SWITCHYARD_SLOT_TTL)")
+	fs.StringVar(&r.heartbeat, "heartbeat-interval", env("SWITCHYARD_HEARTBEAT_INTERVAL", "5s"), "how often agents are told to heartbeat (SWITCHYARD_HEARTBEAT_INTERVAL)")
+	fs.StringVar(&r.suspectAfter, "node-suspect-after", env("SWITCHYARD_NODE_SUSPECT_AFTER", "12s"), "silence after which a node is suspect (SWITCHYARD_NODE_SUSPECT_AFTER)")
+	fs.StringVar(&r.offlineAfter, "node-offline-after", env("SWITCHYARD_NODE_OFFLINE_AFTER", "30s"), "silence after which a node is offline (SWITCHYARD_NODE_OFFLINE_AFTER)")
 	fs.StringVar(&r.maxBodyBytes, "max-body-bytes", env("SWITCHYARD_MAX_BODY_BYTES", strconv.Itoa(8<<20)), "largest request body (SWITCHYARD_MAX_BODY_BYTES)")
 	return r
 }
@@ -184,6 +193,25 @@ func (r *rawConfig) validate(requireDB, requireKeyring bool) (Config, error) {
 		bad("SWITCHYARD_MAX_BODY_BYTES", "must be a number of bytes ≥ 1024, got %q", r.maxBodyBytes)
 	} else {
 		c.MaxBodyBytes = n
+	}
+	for _, d := range []struct {
+		name, raw string
+		into      *time.Duration
+	}{
+		{"SWITCHYARD_SLOT_TTL", r.slotTTL, &c.SlotTTL},
+		{"SWITCHYARD_HEARTBEAT_INTERVAL", r.heartbeat, &c.HeartbeatInterval},
+		{"SWITCHYARD_NODE_SUSPECT_AFTER", r.suspectAfter, &c.NodeSuspectAfter},
+		{"SWITCHYARD_NODE_OFFLINE_AFTER", r.offlineAfter, &c.NodeOfflineAfter},
+	} {
+		v, err := time.ParseDuration(d.raw)
+		if err != nil || v <= 0 {
+			bad(d.name, "must be a positive duration, got %q", d.raw)
+			continue
+		}
+		*d.into = v
+	}
+	if c.NodeSuspectAfter > 0 && c.NodeOfflineAfter > 0 && c.NodeOfflineAfter <= c.NodeSuspectAfter {
+		bad("SWITCHYARD_NODE_OFFLINE_AFTER", "must be longer than SWITCHYARD_NODE_SUSPECT_AFTER")
 	}
 	return c, errors.Join(errs...)
 }

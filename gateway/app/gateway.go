@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/switchyard-ai/switchyard/gateway/catalog"
 	"github.com/switchyard-ai/switchyard/gateway/metering"
 	"github.com/switchyard-ai/switchyard/gateway/metrics"
+	"github.com/switchyard-ai/switchyard/gateway/nodes"
 	"github.com/switchyard-ai/switchyard/gateway/openai"
 	"github.com/switchyard-ai/switchyard/gateway/redisstate"
 	"github.com/switchyard-ai/switchyard/gateway/store"
@@ -48,6 +50,8 @@ type gateway struct {
 	catalog  *catalog.Catalog
 	upstream *upstream.Client
 	meter    *metering.Writer
+	nodes    *nodes.Pool
+	resolver *auth.Resolver
 	api      *openai.Handler
 
 	admin       *admin.Server
@@ -99,7 +103,7 @@ func (g *gateway) wire(ctx context.Context) error {
 	if g.redis != nil {
 		shared = sharedKeys{redisstate.NewKeyCache(g.redis, 0)}
 	}
-	resolver := auth.NewResolver(g.store, auth.ResolverOptions{
+	g.resolver = auth.NewResolver(g.store, auth.ResolverOptions{
 		Version:   g.catalog.Version,
 		Shared:    shared,
 		Grace:     g.cfg.DBOutageGrace,
@@ -112,17 +116,43 @@ func (g *gateway) wire(ctx context.Context) error {
 		},
 	})
 	g.meter = metering.New(g.store, metering.Options{Logger: g.logger, Metrics: m})
+	g.nodes = nodes.New(nodes.Options{
+		Logger: g.logger, Metrics: m, Registry: g.catalog, Keys: g.store, Opener: g.keyring,
+		Leaser:       redisstate.NewLeaser(g.redis, redisstate.LeaserOptions{Logger: g.logger, TTL: g.cfg.SlotTTL}),
+		States:       redisstate.NewNodeStates(g.redis, redisstate.NodeStatesOptions{}),
+		SuspectAfter: g.cfg.NodeSuspectAfter,
+		OfflineAfter: g.cfg.NodeOfflineAfter,
+	})
 	g.api = openai.New(openai.Options{
 		Logger:       g.logger,
 		Metrics:      m,
-		Keys:         resolver,
+		Keys:         g.resolver,
 		Config:       g.catalog,
 		Limits:       redisstate.NewLimiter(g.redis, redisstate.LimiterOptions{BudgetOnFailure: g.cfg.BudgetOnRedisFailure}),
 		Sender:       g.upstream,
 		Meter:        g.meter,
+		Nodes:        g.nodes,
 		MaxBodyBytes: g.cfg.MaxBodyBytes,
 	})
 	return nil
+}
+
+// reloadAfterWrite reloads this replica's configuration as soon as one of
+// its admin calls has changed something, so that a revocation made here
+// counts here at once; other replicas follow by NOTIFY within a second.
+func (g *gateway) reloadAfterWrite(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if err == nil && strings.HasPrefix(info.FullMethod, "/switchyard.v1.AdminService/") && !readOnly(info.FullMethod) {
+		if lerr := g.catalog.Load(context.WithoutCancel(ctx), false); lerr != nil {
+			g.logger.Debug("configuration reload after a write failed", slog.String("error", lerr.Error()))
+		}
+	}
+	return resp, err
+}
+
+func readOnly(method string) bool {
+	name := method[strings.LastIndexByte(method, '/')+1:]
+	return strings.HasPrefix(name, "Get") || strings.HasPrefix(name, "List")
 }
 
 // sharedKeys adapts the Redis key cache to the resolver.
@@ -170,9 +200,10 @@ func (g *gateway) start(ctx context.Context) error {
 		g.metricsLis.Close()
 		return err
 	}
-	g.admin = admin.New(admin.Options{Store: g.store, Keyring: g.keyring, Logger: g.logger, Pauses: g.upstream})
-	authn := admin.NewAuthenticator(g.store, g.cfg.BootstrapAdminKey)
-	g.grpc, _ = admin.NewGRPCServer(g.admin, authn)
+	g.admin = admin.New(admin.Options{Store: g.store, Keyring: g.keyring, Logger: g.logger, Pauses: g.upstream, Nodes: g.nodes, Registry: g.catalog,
+		HeartbeatInterval: g.cfg.HeartbeatInterval})
+	authn := admin.NewAuthenticator(g.resolver, g.cfg.BootstrapAdminKey)
+	g.grpc, _ = admin.NewGRPCServer(g.admin, authn, grpc.ChainUnaryInterceptor(g.reloadAfterWrite))
 	if g.rest, err = admin.NewREST(ctx, g.grpc); err != nil {
 		return fmt.Errorf("REST gateway: %w", err)
 	}
@@ -200,6 +231,7 @@ func (g *gateway) start(ctx context.Context) error {
 	g.stopBackgrd = cancel
 	g.goBackground(func() { g.watchStore(bctx) })
 	g.goBackground(func() { g.meter.Run(bctx) })
+	g.goBackground(func() { g.nodes.Run(bctx) })
 
 	go g.serveHTTP()
 	go func() {
