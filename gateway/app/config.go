@@ -24,6 +24,7 @@ type Config struct {
 	DatabaseURL          string
 	DatabaseMaxConns     int32
 	RedisURL             string
+	RedisPrefix          string
 	HTTPAddr             string
 	GRPCAddr             string
 	MetricsAddr          string
@@ -59,6 +60,7 @@ type rawConfig struct {
 	shutdownTimeout, logFormat, logLevel           string
 	tlsCert, tlsKey, maxBodyBytes                  string
 	slotTTL, heartbeat, suspectAfter, offlineAfter string
+	redisPrefix                                    string
 }
 
 // addr defaults differ between serve (all interfaces) and dev (loopback).
@@ -80,6 +82,7 @@ func bindFlags(fs *flag.FlagSet, getenv func(string) string, d addrDefaults) *ra
 	fs.StringVar(&r.databaseURL, "database-url", env("SWITCHYARD_DATABASE_URL", ""), "Postgres URL (SWITCHYARD_DATABASE_URL)")
 	fs.StringVar(&r.databaseMaxConns, "database-max-conns", env("SWITCHYARD_DATABASE_MAX_CONNS", "25"), "most Postgres connections per replica (SWITCHYARD_DATABASE_MAX_CONNS)")
 	fs.StringVar(&r.redisURL, "redis-url", env("SWITCHYARD_REDIS_URL", ""), "Redis URL; cluster seeds comma-separated (SWITCHYARD_REDIS_URL)")
+	fs.StringVar(&r.redisPrefix, "redis-prefix", env("SWITCHYARD_REDIS_PREFIX", "switchyard:"), "prefix of every Redis key, for gateways sharing one Redis (SWITCHYARD_REDIS_PREFIX)")
 	fs.StringVar(&r.httpAddr, "http-addr", env("SWITCHYARD_HTTP_ADDR", d.http), "HTTP listener: OpenAI API, REST admin, health (SWITCHYARD_HTTP_ADDR)")
 	fs.StringVar(&r.grpcAddr, "grpc-addr", env("SWITCHYARD_GRPC_ADDR", d.grpc), "gRPC listener (SWITCHYARD_GRPC_ADDR)")
 	fs.StringVar(&r.metricsAddr, "metrics-addr", env("SWITCHYARD_METRICS_ADDR", d.metrics), "Prometheus listener (SWITCHYARD_METRICS_ADDR)")
@@ -111,7 +114,7 @@ func (r *rawConfig) validate(requireDB, requireKeyring bool) (Config, error) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
 	}
 	c := Config{
-		DatabaseURL: r.databaseURL, RedisURL: r.redisURL,
+		DatabaseURL: r.databaseURL, RedisURL: r.redisURL, RedisPrefix: r.redisPrefix,
 		HTTPAddr: r.httpAddr, GRPCAddr: r.grpcAddr, MetricsAddr: r.metricsAddr,
 		EncryptionKeys: r.encryptionKeys, EncryptionPrimary: r.encryptionPrimary,
 		BootstrapAdminKey: r.bootstrap, BudgetOnRedisFailure: r.budgetOnRedisFailure,

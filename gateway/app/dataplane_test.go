@@ -20,19 +20,34 @@ type serveRun struct {
 	http, grpc, metrics string
 	admin               string
 	logs                *syncWriter
+	env                 map[string]string // what it runs with, for a second replica
+}
+
+// replicaEnv is the environment of another replica of r: same database,
+// Redis, keyring and bootstrap key, its own listeners.
+func (r *serveRun) replicaEnv(t *testing.T) map[string]string {
+	env := map[string]string{}
+	for k, v := range r.env {
+		env[k] = v
+	}
+	env["SWITCHYARD_HTTP_ADDR"], env["SWITCHYARD_GRPC_ADDR"], env["SWITCHYARD_METRICS_ADDR"] = testenv.Addr(t), testenv.Addr(t), testenv.Addr(t)
+	return env
 }
 
 // startServe runs `switchyard serve` on real Postgres and Redis.
 func startServe(t *testing.T, extra map[string]string) *serveRun {
 	t.Helper()
-	url := testenv.Postgres(t)
-	_, prefix := testenv.Redis(t)
-	_ = prefix
+	var url, prefix string
+	if extra["SWITCHYARD_DATABASE_URL"] == "" {
+		url = testenv.Postgres(t)
+		_, prefix = testenv.Redis(t) // a key prefix of its own, removed afterwards
+	}
 	key, _ := keyring.Generate()
 	r := &serveRun{http: testenv.Addr(t), grpc: testenv.Addr(t), metrics: testenv.Addr(t), admin: "bootstrap-key-" + testenv.Random(8), logs: &syncWriter{}}
 	env := map[string]string{
 		"SWITCHYARD_DATABASE_URL":        url,
 		"SWITCHYARD_REDIS_URL":           testenv.RedisURL(),
+		"SWITCHYARD_REDIS_PREFIX":        prefix,
 		"SWITCHYARD_ENCRYPTION_KEYS":     "1:" + key,
 		"SWITCHYARD_BOOTSTRAP_ADMIN_KEY": r.admin,
 		"SWITCHYARD_HTTP_ADDR":           r.http,
@@ -43,6 +58,8 @@ func startServe(t *testing.T, extra map[string]string) *serveRun {
 	for k, v := range extra {
 		env[k] = v
 	}
+	r.env = env
+	r.http, r.grpc, r.metrics, r.admin = env["SWITCHYARD_HTTP_ADDR"], env["SWITCHYARD_GRPC_ADDR"], env["SWITCHYARD_METRICS_ADDR"], env["SWITCHYARD_BOOTSTRAP_ADMIN_KEY"]
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() { done <- MainEnv(ctx, []string{"serve"}, io.Discard, r.logs, envOf(env)) }()

@@ -80,7 +80,7 @@ func (g *gateway) wire(ctx context.Context) error {
 	depErr := func(dep, op string) { m.DependencyErrors.WithLabelValues(dep, op).Inc() }
 	if g.cfg.RedisURL != "" {
 		r, err := redisstate.Open(ctx, g.cfg.RedisURL, redisstate.Options{
-			Prefix: "switchyard:", Logger: g.logger,
+			Prefix: g.cfg.RedisPrefix, Logger: g.logger,
 			OnError: func(op string, _ error) { depErr("redis", op) },
 		})
 		if err != nil {

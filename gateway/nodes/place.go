@@ -42,6 +42,7 @@ func (p *Pool) Place(ctx context.Context, req openai.NodeRequest) (openai.NodeLe
 	p.mu.Lock()
 	now := p.o.Now()
 	pool := make([]scheduler.Candidate, 0, len(p.order))
+	names := make([]string, 0, len(p.order)) // the model's name on each node
 	for _, id := range p.order {
 		nd := p.nodes[id]
 		reg, registered := snap.Nodes[id]
@@ -59,10 +60,20 @@ func (p *Pool) Place(ctx context.Context, req openai.NodeRequest) (openai.NodeLe
 				c.EngineQueueKnown = true
 				c.EngineRunning, c.EngineWaiting = int(m.GetEngineRunning()), int(m.GetEngineWaiting())
 			}
-			c.Speed = p.speeds.Get(id, model)
+			c.Speed = p.speeds.Get(id, m.GetName())
 			break
 		}
+		name := model
+		if c.HasModel {
+			for _, m := range nd.hb.GetModels() {
+				if m.GetName() == model || sameModel(m.GetName(), model) {
+					name = m.GetName()
+					break
+				}
+			}
+		}
 		pool = append(pool, c)
+		names = append(names, name)
 	}
 	p.mu.Unlock()
 
@@ -70,6 +81,7 @@ func (p *Pool) Place(ctx context.Context, req openai.NodeRequest) (openai.NodeLe
 	if err != nil {
 		return nil, err
 	}
+	model = names[d.Index]
 
 	// The slot: a lease in Redis shared by every replica (or this replica's
 	// own count when Redis is away).
@@ -95,6 +107,7 @@ func (p *Pool) Place(ctx context.Context, req openai.NodeRequest) (openai.NodeLe
 	p.mu.Lock()
 	nd := p.nodes[d.NodeID]
 	nd.localBusy[model]++
+	nd.sharedBusy[model]++ // ours counts among all replicas' until the next sync says
 	p.mu.Unlock()
 	return &nodeLease{pool: p, node: d.NodeID, model: model, target: target, lease: lease}, nil
 }
@@ -184,6 +197,9 @@ func (l *nodeLease) Done(r openai.NodeResult) {
 		if nd := p.nodes[l.node]; nd != nil {
 			if nd.localBusy[l.model] > 0 {
 				nd.localBusy[l.model]--
+			}
+			if nd.sharedBusy[l.model] > 0 {
+				nd.sharedBusy[l.model]--
 			}
 			if r.Failed {
 				nd.failures++

@@ -39,6 +39,7 @@ type call struct {
 	code      string
 
 	ttft         time.Duration
+	sent         time.Time     // when the serving candidate was called
 	upstreamWait time.Duration // time blocked on the upstream: headers and body reads
 	inputTokens  int
 	outputTokens int
@@ -205,6 +206,7 @@ func (h *Handler) serveChain(ctx context.Context, w http.ResponseWriter, r *http
 			return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "the request could not be prepared"}
 		}
 		sent := h.o.Now()
+		c.sent = sent
 		resp, err := h.o.Sender.Send(ctx, target, c.ep.path(), body, r.Header)
 		c.upstreamWait += h.o.Now().Sub(sent)
 		if err != nil {
@@ -350,7 +352,10 @@ func (h *Handler) deliver(ctx context.Context, w http.ResponseWriter, c *call, r
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(b)
 	if lease != nil {
-		lease.Done(NodeResult{Status: resp.Status, InputTokens: c.inputTokens, OutputTokens: c.outputTokens, Generation: now.Sub(read)})
+		// A whole answer at once cannot tell the first token from the
+		// rest: its speed is the output over the whole call, and it says
+		// nothing of time to first token.
+		lease.Done(NodeResult{Status: resp.Status, InputTokens: c.inputTokens, OutputTokens: c.outputTokens, Generation: now.Sub(c.sent)})
 	}
 }
 
