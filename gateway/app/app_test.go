@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func startDev(t *testing.T, env map[string]string, args ...string) *devRun {
 	done := make(chan int, 1)
 	all := append([]string{"dev", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--log-level", "warn"}, args...)
 	go func() {
-		done <- MainEnv(ctx, all, pw, io.Discard, envOf(env))
+		done <- mainEnv(ctx, all, pw, io.Discard, envOf(env), Options{DevAgent: binaryAgent(t)})
 		pw.Close()
 	}()
 	r := &devRun{}
@@ -140,14 +141,53 @@ func TestDevPrintsWorkingKeysAndLines(t *testing.T) {
 			testenv.Unavailable(t, "%s is not installed", tool)
 			continue
 		}
-		want := devTenant
-		if strings.Contains(l, "/v1/chat/completions") {
-			want = `"object":"chat.completion"`
+		var want []string
+		switch {
+		case strings.Contains(l, `"max_tokens":1100`):
+			want = []string{"X-Switchyard-Target: vendor:" + devVendor, "X-Switchyard-Fallback-Reason: " + devLocalModel + "=context_too_small"}
+		case strings.Contains(l, devLocalModel):
+			want = []string{"X-Switchyard-Target: node:" + devNode, `"object":"chat.completion"`}
+		case strings.Contains(l, "/v1/chat/completions"):
+			want = []string{`"object":"chat.completion"`}
+		case strings.Contains(l, "ListNodes"):
+			want = []string{devNode, "healthy"}
+		default:
+			want = []string{devTenant}
 		}
 		out, err := exec.Command("sh", "-c", l).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), want) {
+		if err != nil {
 			t.Errorf("%s: %v\n%s", l, err, out)
 		}
+		for _, w := range want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("%s\n→ lacks %q:\n%.600s", l, w, out)
+			}
+		}
+	}
+}
+
+// binaryAgent runs the demo's node agent as the built switchyard-agent
+// binary: the gateway's packages, tests included, never import the agent.
+func binaryAgent(t *testing.T) AgentMain {
+	dir := binaries(t)
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+		cmd := exec.CommandContext(ctx, dir+"/switchyard-agent", args...)
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+		cmd.WaitDelay = 10 * time.Second
+		for _, k := range []string{"SWITCHYARD_GATEWAY", "SWITCHYARD_NODE_ID", "SWITCHYARD_NODE_KEY", "SWITCHYARD_ENGINE", "SWITCHYARD_ENGINE_URL",
+			"SWITCHYARD_SLOTS", "SWITCHYARD_FRONT_ADDR", "SWITCHYARD_ADVERTISE_URL", "SWITCHYARD_LOG_FORMAT", "SWITCHYARD_LOG_LEVEL", "SWITCHYARD_SHUTDOWN_TIMEOUT"} {
+			if v := getenv(k); v != "" {
+				cmd.Env = append(cmd.Env, k+"="+v)
+			}
+		}
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		if err := cmd.Run(); err != nil {
+			if ee, ok := err.(*exec.ExitError); ok {
+				return ee.ExitCode()
+			}
+			return 1
+		}
+		return 0
 	}
 }
 

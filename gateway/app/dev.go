@@ -27,12 +27,16 @@ const (
 	devNode       = "dev-node"
 	devVendor     = "simcloud"
 	devCloudModel = "gpt-4o-mini"
+	devLocalModel = "llama3.2:3b"
+	// devNodeContext is the demo node's context window: small, so that a
+	// long request visibly spills to the cloud.
+	devNodeContext = 1024
 )
 
 // runDev is the one-command demo: the gateway on loopback with an in-memory
 // store (or Postgres when SWITCHYARD_DATABASE_URL is set), seeded with an
 // admin key, a tenant with a client key, and a node key.
-func runDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv Env) error {
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv Env, agentMain AgentMain) error {
 	fs := newFlagSet("dev", stderr)
 	raw := bindFlags(fs, getenv, devAddrs)
 	fs.StringVar(&raw.httpAddr, "http", raw.httpAddr, "alias of --http-addr")
@@ -91,12 +95,19 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	}
 
 	// The simulated cloud vendor: an OpenAI-compatible engine on loopback.
-	cloud, err := startSimEngine(ctx, simengine.Config{Models: []string{devCloudModel}, TTFT: 150 * time.Millisecond, TPS: 80, DefaultMaxTokens: 24}, logger)
+	cloud, err := startSimEngine(ctx, simengine.Config{Models: []string{devCloudModel}, TTFT: 120 * time.Millisecond, TPS: 500, DefaultMaxTokens: 24}, logger)
 	if err != nil {
 		st.Close()
 		return err
 	}
 	defer cloud.stop()
+	local, err := startSimEngine(ctx, simengine.Config{Flavor: simengine.FlavorOllama, Models: []string{devLocalModel},
+		Slots: 2, TTFT: 60 * time.Millisecond, TPS: 60, DefaultMaxTokens: 24, ContextWindow: devNodeContext}, logger)
+	if err != nil {
+		st.Close()
+		return err
+	}
+	defer local.stop()
 	if raw.nodeNets == defaultNodeNetworks && getenv("SWITCHYARD_NODE_NETWORKS") == "" {
 		// The demo's node lives on loopback; a real deployment never allows it.
 		cfg.NodeNetworks = append(cfg.NodeNetworks, netip.MustParsePrefix("127.0.0.0/8"))
@@ -114,10 +125,65 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 		g.shutdown()
 		return fmt.Errorf("seed the demo: %w", err)
 	}
-	printDev(stdout, g, seed, persistent)
+	agentDone := make(chan struct{})
+	stopAgent := func() {}
+	nodeUp := false
+	if agentMain != nil {
+		front, err := freeLoopback()
+		if err != nil {
+			g.shutdown()
+			return err
+		}
+		// The agent drains before the gateway stops: it is stopped first.
+		agentCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stopAgent = func() { cancel(); <-agentDone }
+		env := map[string]string{
+			"SWITCHYARD_GATEWAY": hostPort(g.grpcLis.Addr().String()), "SWITCHYARD_NODE_ID": devNode, "SWITCHYARD_NODE_KEY": seed.nodeKey,
+			"SWITCHYARD_ENGINE": "ollama", "SWITCHYARD_ENGINE_URL": local.url, "SWITCHYARD_SLOTS": "2",
+			"SWITCHYARD_FRONT_ADDR": front, "SWITCHYARD_ADVERTISE_URL": "http://" + front,
+			"SWITCHYARD_LOG_FORMAT": "text", "SWITCHYARD_LOG_LEVEL": "warn", "SWITCHYARD_SHUTDOWN_TIMEOUT": "5s",
+		}
+		go func() {
+			defer close(agentDone)
+			if code := agentMain(agentCtx, []string{"run"}, io.Discard, stderr, func(k string) string { return env[k] }); code != 0 && agentCtx.Err() == nil {
+				logger.Error("the demo node's agent stopped", slog.Int("exit", code))
+			}
+		}()
+		nodeUp = waitNode(ctx, g, devNode, 10*time.Second)
+		if !nodeUp {
+			stopAgent()
+			g.shutdown()
+			return fmt.Errorf("the demo node did not come up within 10 s")
+		}
+	} else {
+		close(agentDone)
+	}
+	printDev(stdout, g, seed, persistent, nodeUp)
 	<-ctx.Done()
+	stopAgent()
 	g.shutdown()
 	return nil
+}
+
+// waitNode waits until the pool has heard from the node.
+func waitNode(ctx context.Context, g *gateway, id string, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if g.nodes.Describe(ctx, store.Node{ID: id}).GetStatus() == "healthy" {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
+func freeLoopback() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 type devSeed struct {
@@ -157,6 +223,12 @@ func seedDev(ctx context.Context, srv *admin.Server, cloudURL string) (devSeed, 
 	}}); err != nil {
 		return s, err
 	}
+	if _, err := srv.UpsertModel(ctx, &pb.UpsertModelRequest{Model: &pb.Model{
+		Id: devLocalModel, Vendor: "local", Efforts: []pb.Effort{pb.Effort_EFFORT_LOW, pb.Effort_EFFORT_MEDIUM},
+		QueueTimeoutMs: 2000, Fallbacks: []string{devCloudModel}, Enabled: true,
+	}}); err != nil {
+		return s, err
+	}
 	return s, nil
 }
 
@@ -180,7 +252,7 @@ func startSimEngine(ctx context.Context, cfg simengine.Config, logger *slog.Logg
 	}}, nil
 }
 
-func printDev(w io.Writer, g *gateway, s devSeed, persistent bool) {
+func printDev(w io.Writer, g *gateway, s devSeed, persistent, nodeUp bool) {
 	httpAddr := hostPort(g.httpLis.Addr().String())
 	grpcAddr := hostPort(g.grpcLis.Addr().String())
 	metricsAddr := hostPort(g.metricsLis.Addr().String())
@@ -194,10 +266,26 @@ func printDev(w io.Writer, g *gateway, s devSeed, persistent bool) {
 	fmt.Fprintf(&b, "client key: %s\n", s.clientKey)
 	fmt.Fprintf(&b, "node key: %s\n", s.nodeKey)
 	fmt.Fprintf(&b, "\nHTTP     http://%s\ngRPC     %s\nmetrics  http://%s/metrics\n", httpAddr, grpcAddr, metricsAddr)
+	if nodeUp {
+		fmt.Fprintf(&b, "node     %s (simulated Ollama serving %s, context window %d)\n", devNode, devLocalModel, devNodeContext)
+	} else {
+		b.WriteString("node     none: this build runs no demo node\n")
+	}
 	b.WriteString("\nTry:\n")
-	fmt.Fprintf(&b, "  curl -s http://%s/v1/chat/completions -H 'authorization: Bearer %s' -H 'content-type: application/json' -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}'\n",
-		httpAddr, s.clientKey, devCloudModel)
-	fmt.Fprintf(&b, "  grpcurl -plaintext -H 'authorization: Bearer %s' %s switchyard.v1.AdminService/ListTenants\n", s.adminKey, grpcAddr)
+	chat := func(model, extra string) string {
+		return fmt.Sprintf(`http://%s/v1/chat/completions -H 'authorization: Bearer %s' -H 'content-type: application/json' -d '{"model":"%s",%s"messages":[{"role":"user","content":"Hello!"}]}'`,
+			httpAddr, s.clientKey, model, extra)
+	}
+	if nodeUp {
+		b.WriteString("  # served by the local node (see X-Switchyard-Target):\n")
+		fmt.Fprintf(&b, "  curl -si %s\n", chat(devLocalModel, ""))
+		b.WriteString("  # too long for the node's context window: spills to the simulated cloud (headers only):\n")
+		fmt.Fprintf(&b, "  curl -s -o /dev/null -D - %s\n", chat(devLocalModel, `"max_tokens":1100,`))
+	}
+	b.WriteString("  # the simulated cloud vendor directly:\n")
+	fmt.Fprintf(&b, "  curl -s %s\n", chat(devCloudModel, ""))
+	b.WriteString("  # the admin API over gRPC and REST:\n")
+	fmt.Fprintf(&b, "  grpcurl -plaintext -H 'authorization: Bearer %s' %s switchyard.v1.AdminService/ListNodes\n", s.adminKey, grpcAddr)
 	fmt.Fprintf(&b, "  curl -s -H 'authorization: Bearer %s' http://%s/admin/v1/tenants\n", s.adminKey, httpAddr)
 	b.WriteString("\nPress Ctrl-C to stop.\n")
 	_, _ = io.WriteString(w, b.String())

@@ -51,13 +51,28 @@ Run "switchyard <command> -h" for a command's flags.
 // Env reads the environment; tests pass their own.
 type Env func(string) string
 
-// Main runs the command in args and returns the process exit code.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return MainEnv(ctx, args, stdout, stderr, os.Getenv)
+// AgentMain runs a node agent (switchyard-agent's Main with an explicit
+// environment). The gateway never imports the agent; the binary's main
+// hands it in, so that `switchyard dev` can run one in-process.
+type AgentMain func(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int
+
+// Options are what the binary's main hands the app beyond its arguments.
+type Options struct {
+	// DevAgent runs the demo's node agent; without it `dev` has no node.
+	DevAgent AgentMain
 }
 
-// MainEnv is Main with an explicit environment.
+// Main runs the command in args and returns the process exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, o Options) int {
+	return mainEnv(ctx, args, stdout, stderr, os.Getenv, o)
+}
+
+// MainEnv is Main with an explicit environment and no dev agent.
 func MainEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv Env) int {
+	return mainEnv(ctx, args, stdout, stderr, getenv, Options{})
+}
+
+func mainEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv Env, o Options) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -67,7 +82,7 @@ func MainEnv(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	case "serve":
 		err = runServe(ctx, args[1:], stdout, stderr, getenv)
 	case "dev":
-		err = runDev(ctx, args[1:], stdout, stderr, getenv)
+		err = runDev(ctx, args[1:], stdout, stderr, getenv, o.DevAgent)
 	case "migrate":
 		err = runMigrate(ctx, args[1:], stdout, stderr, getenv)
 	case "keygen":

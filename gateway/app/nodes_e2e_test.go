@@ -383,4 +383,3 @@ func TestMetadataAddressIsNeverDialled(t *testing.T) {
 		t.Fatalf("%d %s %q", a.status, a.target(), a.header.Get("X-Switchyard-Fallback-Reason"))
 	}
 }
-

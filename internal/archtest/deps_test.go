@@ -83,7 +83,9 @@ func allowedForCmd(pkg, dep string) bool {
 	name := strings.TrimPrefix(pkg, mod+"/cmd/")
 	switch name {
 	case "switchyard":
-		return dep == mod+"/gateway/app"
+		// The dev demo runs a node agent in-process: main hands the agent's
+		// entry point to the gateway's app, which never imports it.
+		return dep == mod+"/gateway/app" || dep == mod+"/agent/app"
 	case "switchyard-agent":
 		return dep == mod+"/agent/app"
 	case "simengine":
