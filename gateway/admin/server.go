@@ -581,11 +581,22 @@ func (s *Server) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.H
 	if p.NodeID != req.GetNodeId() {
 		return nil, s.toStatus(ctx, "Heartbeat", errPermission("this key belongs to node %q, not %q", p.NodeID, req.GetNodeId()))
 	}
-	n, err := s.store.GetNode(ctx, req.GetNodeId())
-	if errors.Is(err, store.ErrUnavailable) && s.registry != nil {
-		if known, ok := s.registry.Current().Nodes[req.GetNodeId()]; ok {
-			n, err = known, nil
-		}
+	// The replica's configuration snapshot answers for registered nodes, so
+	// that heartbeats (and with them the nodes' health) never wait on
+	// Postgres: a hung database would otherwise hold every heartbeat until
+	// the agent gives up, and the nodes would turn offline. A node
+	// registered a moment ago, not in the snapshot yet, is read from the
+	// store.
+	var n store.Node
+	var err error
+	known, ok := store.Node{}, false
+	if s.registry != nil {
+		known, ok = s.registry.Current().Nodes[req.GetNodeId()]
+	}
+	if ok {
+		n = known
+	} else {
+		n, err = s.store.GetNode(ctx, req.GetNodeId())
 	}
 	if err != nil {
 		return nil, s.toStatus(ctx, "Heartbeat", err)

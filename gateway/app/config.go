@@ -25,6 +25,7 @@ type Config struct {
 	DatabaseMaxConns     int32
 	RedisURL             string
 	RedisPrefix          string
+	RedisTimeout         time.Duration
 	HTTPAddr             string
 	GRPCAddr             string
 	MetricsAddr          string
@@ -35,6 +36,8 @@ type Config struct {
 	BudgetOnRedisFailure string // open | closed
 	NodeNetworks         []netip.Prefix
 	ShutdownTimeout      time.Duration
+	ShutdownDrainDelay   time.Duration
+	MeteringBuffer       int
 	LogFormat            string // json | text
 	LogLevel             slog.Level
 	TLSCert, TLSKey      string
@@ -60,7 +63,8 @@ type rawConfig struct {
 	shutdownTimeout, logFormat, logLevel           string
 	tlsCert, tlsKey, maxBodyBytes                  string
 	slotTTL, heartbeat, suspectAfter, offlineAfter string
-	redisPrefix                                    string
+	redisPrefix, redisTimeout                      string
+	drainDelay, meteringBuffer                     string
 }
 
 // addr defaults differ between serve (all interfaces) and dev (loopback).
@@ -83,6 +87,7 @@ func bindFlags(fs *flag.FlagSet, getenv func(string) string, d addrDefaults) *ra
 	fs.StringVar(&r.databaseMaxConns, "database-max-conns", env("SWITCHYARD_DATABASE_MAX_CONNS", "25"), "most Postgres connections per replica (SWITCHYARD_DATABASE_MAX_CONNS)")
 	fs.StringVar(&r.redisURL, "redis-url", env("SWITCHYARD_REDIS_URL", ""), "Redis URL; cluster seeds comma-separated (SWITCHYARD_REDIS_URL)")
 	fs.StringVar(&r.redisPrefix, "redis-prefix", env("SWITCHYARD_REDIS_PREFIX", "switchyard:"), "prefix of every Redis key, for gateways sharing one Redis (SWITCHYARD_REDIS_PREFIX)")
+	fs.StringVar(&r.redisTimeout, "redis-timeout", env("SWITCHYARD_REDIS_TIMEOUT", "100ms"), "the most one Redis call may take, retry included; a hung Redis costs a request this once (SWITCHYARD_REDIS_TIMEOUT)")
 	fs.StringVar(&r.httpAddr, "http-addr", env("SWITCHYARD_HTTP_ADDR", d.http), "HTTP listener: OpenAI API, REST admin, health (SWITCHYARD_HTTP_ADDR)")
 	fs.StringVar(&r.grpcAddr, "grpc-addr", env("SWITCHYARD_GRPC_ADDR", d.grpc), "gRPC listener (SWITCHYARD_GRPC_ADDR)")
 	fs.StringVar(&r.metricsAddr, "metrics-addr", env("SWITCHYARD_METRICS_ADDR", d.metrics), "Prometheus listener (SWITCHYARD_METRICS_ADDR)")
@@ -93,6 +98,8 @@ func bindFlags(fs *flag.FlagSet, getenv func(string) string, d addrDefaults) *ra
 	fs.StringVar(&r.budgetOnRedisFailure, "budget-on-redis-failure", env("SWITCHYARD_BUDGET_ON_REDIS_FAILURE", "open"), "open|closed: budgets while Redis is down (SWITCHYARD_BUDGET_ON_REDIS_FAILURE)")
 	fs.StringVar(&r.nodeNets, "node-networks", env("SWITCHYARD_NODE_NETWORKS", defaultNodeNetworks), "CIDRs the gateway may dial nodes in (SWITCHYARD_NODE_NETWORKS)")
 	fs.StringVar(&r.shutdownTimeout, "shutdown-timeout", env("SWITCHYARD_SHUTDOWN_TIMEOUT", "30s"), "time given to in-flight requests on SIGTERM (SWITCHYARD_SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&r.drainDelay, "shutdown-drain-delay", env("SWITCHYARD_SHUTDOWN_DRAIN_DELAY", "0s"), "on SIGTERM, how long to keep serving with /readyz at 503 before refusing new connections (SWITCHYARD_SHUTDOWN_DRAIN_DELAY)")
+	fs.StringVar(&r.meteringBuffer, "metering-buffer", env("SWITCHYARD_METERING_BUFFER", "10000"), "usage events held while Postgres cannot take them; more are dropped and counted (SWITCHYARD_METERING_BUFFER)")
 	fs.StringVar(&r.logFormat, "log-format", env("SWITCHYARD_LOG_FORMAT", "json"), "json|text (SWITCHYARD_LOG_FORMAT)")
 	fs.StringVar(&r.logLevel, "log-level", env("SWITCHYARD_LOG_LEVEL", "info"), "debug|info|warn|error (SWITCHYARD_LOG_LEVEL)")
 	fs.StringVar(&r.tlsCert, "tls-cert", env("SWITCHYARD_TLS_CERT", ""), "serve TLS with this certificate file (SWITCHYARD_TLS_CERT)")
@@ -182,6 +189,21 @@ func (r *rawConfig) validate(requireDB, requireKeyring bool) (Config, error) {
 		bad("SWITCHYARD_SHUTDOWN_TIMEOUT", "must be a positive duration such as 30s, got %q", r.shutdownTimeout)
 	} else {
 		c.ShutdownTimeout = d
+	}
+	if d, err := time.ParseDuration(r.drainDelay); err != nil || d < 0 {
+		bad("SWITCHYARD_SHUTDOWN_DRAIN_DELAY", "must be a duration such as 5s (0s: none), got %q", r.drainDelay)
+	} else {
+		c.ShutdownDrainDelay = d
+	}
+	if d, err := time.ParseDuration(r.redisTimeout); err != nil || d <= 0 || d > time.Minute {
+		bad("SWITCHYARD_REDIS_TIMEOUT", "must be a positive duration up to 1m such as 100ms, got %q", r.redisTimeout)
+	} else {
+		c.RedisTimeout = d
+	}
+	if n, err := strconv.Atoi(r.meteringBuffer); err != nil || n < 1 {
+		bad("SWITCHYARD_METERING_BUFFER", "must be a whole number of events ≥ 1, got %q", r.meteringBuffer)
+	} else {
+		c.MeteringBuffer = n
 	}
 	if r.logFormat != "json" && r.logFormat != "text" {
 		bad("SWITCHYARD_LOG_FORMAT", "must be json or text, got %q", r.logFormat)

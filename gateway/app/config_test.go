@@ -49,6 +49,10 @@ func TestBadConfigurationStopsStartup(t *testing.T) {
 			"SWITCHYARD_NODE_NETWORKS", "SWITCHYARD_SHUTDOWN_TIMEOUT", "SWITCHYARD_LOG_FORMAT", "SWITCHYARD_LOG_LEVEL",
 			"SWITCHYARD_TLS_CERT/SWITCHYARD_TLS_KEY", "SWITCHYARD_BOOTSTRAP_ADMIN_KEY",
 		}, []string{good, "short-secret"}},
+		{"failure-handling knobs", map[string]string{
+			"SWITCHYARD_DATABASE_URL": "postgres://db/x", "SWITCHYARD_ENCRYPTION_KEYS": "1:" + good,
+			"SWITCHYARD_REDIS_TIMEOUT": "0s", "SWITCHYARD_METERING_BUFFER": "none", "SWITCHYARD_SHUTDOWN_DRAIN_DELAY": "-5s",
+		}, nil, []string{"SWITCHYARD_REDIS_TIMEOUT", "SWITCHYARD_METERING_BUFFER", "SWITCHYARD_SHUTDOWN_DRAIN_DELAY"}, nil},
 		{"flags win over the environment", map[string]string{"SWITCHYARD_DATABASE_URL": "postgres://db/x", "SWITCHYARD_ENCRYPTION_KEYS": "1:" + good, "SWITCHYARD_LOG_LEVEL": "debug"},
 			[]string{"--log-level", "shouting"}, []string{`SWITCHYARD_LOG_LEVEL: must be debug, info, warn or error, got "shouting"`}, nil},
 	} {

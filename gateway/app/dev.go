@@ -56,13 +56,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 
 	var st store.Store
 	var persistent bool
+	// g is set before anything listens, so the listener's hook always finds it.
+	var g *gateway
 	var migrate func(context.Context) error
 	var subscribe func(context.Context, func(int64))
 	if cfg.DatabaseURL != "" {
 		if cfg.Keyring == nil {
 			return fmt.Errorf("bad configuration:\nSWITCHYARD_ENCRYPTION_KEYS: is required when dev uses a database, or sealed values would be unreadable next time")
 		}
-		pg, err := openPostgres(ctx, cfg, logger)
+		pg, err := openPostgres(ctx, cfg, logger, func(error) { g.dependencyError("postgres", "listen") })
 		if err != nil {
 			return err
 		}
@@ -113,7 +115,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 		cfg.NodeNetworks = append(cfg.NodeNetworks, netip.MustParsePrefix("127.0.0.0/8"))
 	}
 
-	g := newGateway(cfg, logger, st, kr)
+	g = newGateway(cfg, logger, st, kr)
 	g.migrate = migrate
 	g.subscribe = subscribe
 	if err := g.start(ctx); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 
 	"github.com/switchyard-ai/switchyard/gateway/admin"
 	"github.com/switchyard-ai/switchyard/gateway/auth"
@@ -56,6 +57,7 @@ type gateway struct {
 
 	admin       *admin.Server
 	grpc        *grpc.Server
+	health      *health.Server
 	rest        *admin.REST
 	httpSrv     *http.Server
 	metricsSrv  *http.Server
@@ -69,19 +71,40 @@ type gateway struct {
 func newGateway(cfg Config, logger *slog.Logger, st store.Store, kr *keyring.Keyring) *gateway {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &gateway{cfg: cfg, logger: logger, store: st, keyring: kr, reg: reg, ready: newReadiness(cfg.DBOutageGrace), metrics: metrics.New(reg)}
+	g := &gateway{cfg: cfg, logger: logger, keyring: kr, reg: reg, ready: newReadiness(cfg.DBOutageGrace), metrics: metrics.New(reg)}
+	g.store = countedStore{Store: st, count: func(op string) { g.dependencyError("postgres", op) }}
+	return g
 }
+
+// dependencyError counts one failed call to a dependency (SPEC §8).
+func (g *gateway) dependencyError(dependency, operation string) {
+	g.metrics.DependencyErrors.WithLabelValues(dependency, operation).Inc()
+}
+
+// meteringMaxBackoff caps the wait between the metering writer's retries
+// while Postgres is down, so that what it buffered is written within
+// seconds of the database's return.
+const meteringMaxBackoff = 5 * time.Second
+
+// redisProbeInterval is how often a replica pings Redis on its own: it
+// lets the breaker's probe happen (and /readyz turn "ok" again) when no
+// request needs Redis, and notices a Redis that died while idle.
+const redisProbeInterval = time.Second
+
+// storeCallTimeout bounds the calls to the store that the gateway makes
+// on its own (configuration loads, health pings), so that a hung database
+// is a failed call, tried again, rather than a loop stuck for good.
+const storeCallTimeout = 10 * time.Second
 
 // wire builds the request path: Redis (when configured), the configuration
 // catalog, key resolution, limits, the upstream client, metering and the
 // OpenAI API handler.
 func (g *gateway) wire(ctx context.Context) error {
 	m := g.metrics
-	depErr := func(dep, op string) { m.DependencyErrors.WithLabelValues(dep, op).Inc() }
 	if g.cfg.RedisURL != "" {
 		r, err := redisstate.Open(ctx, g.cfg.RedisURL, redisstate.Options{
-			Prefix: g.cfg.RedisPrefix, Logger: g.logger,
-			OnError: func(op string, _ error) { depErr("redis", op) },
+			Prefix: g.cfg.RedisPrefix, Timeout: g.cfg.RedisTimeout, Logger: g.logger,
+			OnError: func(op string, _ error) { g.dependencyError("redis", op) },
 		})
 		if err != nil {
 			return fmt.Errorf("SWITCHYARD_REDIS_URL: %w", err)
@@ -93,11 +116,13 @@ func (g *gateway) wire(ctx context.Context) error {
 		Logger: g.logger, NodeNetworks: g.cfg.NodeNetworks,
 		OnPause: func(vendor string, _ time.Time) { m.VendorPauses.WithLabelValues(vendor).Inc() },
 	})
+	// Failed reloads and key lookups are counted by g.store, where they
+	// happen; the catalog and the resolver do not count them again.
 	g.catalog = catalog.New(g.store, g.keyring, catalog.Options{
 		Logger:          g.logger,
 		OnDecryptError:  func(table string) { m.KeyringDecryptErrors.WithLabelValues(table).Inc() },
-		OnError:         func(error) { depErr("postgres", "load_config") },
 		OnVendorChanged: g.upstream.ResetVendor,
+		LoadTimeout:     storeCallTimeout,
 	})
 	var shared auth.SharedCache
 	if g.redis != nil {
@@ -108,14 +133,11 @@ func (g *gateway) wire(ctx context.Context) error {
 		Shared:    shared,
 		Grace:     g.cfg.DBOutageGrace,
 		DownSince: g.ready.dbDown,
-		OnResult: func(result string) {
-			m.AuthCacheResults.WithLabelValues(result).Inc()
-			if result == "unavailable" || result == "stale" {
-				depErr("postgres", "get_key")
-			}
-		},
+		OnResult:  func(result string) { m.AuthCacheResults.WithLabelValues(result).Inc() },
 	})
-	g.meter = metering.New(g.store, metering.Options{Logger: g.logger, Metrics: m})
+	g.meter = metering.New(g.store, metering.Options{
+		Logger: g.logger, Metrics: m, Capacity: g.cfg.MeteringBuffer, MaxBackoff: meteringMaxBackoff,
+	})
 	g.nodes = nodes.New(nodes.Options{
 		Logger: g.logger, Metrics: m, Registry: g.catalog, Keys: g.store, Opener: g.keyring,
 		Leaser:       redisstate.NewLeaser(g.redis, redisstate.LeaserOptions{Logger: g.logger, TTL: g.cfg.SlotTTL}),
@@ -143,11 +165,40 @@ func (g *gateway) wire(ctx context.Context) error {
 func (g *gateway) reloadAfterWrite(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
 	if err == nil && strings.HasPrefix(info.FullMethod, "/switchyard.v1.AdminService/") && !readOnly(info.FullMethod) {
-		if lerr := g.catalog.Load(context.WithoutCancel(ctx), false); lerr != nil {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+		lerr := g.catalog.Load(lctx, false)
+		cancel()
+		if lerr != nil {
 			g.logger.Debug("configuration reload after a write failed", slog.String("error", lerr.Error()))
 		}
 	}
 	return resp, err
+}
+
+// Bounds of an admin call that brings no earlier deadline of its own, so
+// that a hung database answers UNAVAILABLE instead of holding the caller
+// until it returns. RotateEncryption (every sealed value in one
+// transaction) and GetUsage (a scan of usage events) get longer.
+const (
+	adminCallTimeout = 30 * time.Second
+	longCallTimeout  = 10 * time.Minute
+)
+
+// callScope sets up every gRPC call (REST ones included, as they pass
+// through the gRPC server): it pays for at most one Redis failure
+// (redisstate.PerRequest), and an admin call is bounded in time.
+func callScope(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx = redisstate.PerRequest(ctx)
+	if strings.HasPrefix(info.FullMethod, "/switchyard.v1.AdminService/") {
+		d := adminCallTimeout
+		if strings.HasSuffix(info.FullMethod, "/RotateEncryption") || strings.HasSuffix(info.FullMethod, "/GetUsage") {
+			d = longCallTimeout
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	return handler(ctx, req)
 }
 
 func readOnly(method string) bool {
@@ -203,7 +254,11 @@ func (g *gateway) start(ctx context.Context) error {
 	g.admin = admin.New(admin.Options{Store: g.store, Keyring: g.keyring, Logger: g.logger, Pauses: g.upstream, Nodes: g.nodes, Registry: g.catalog,
 		HeartbeatInterval: g.cfg.HeartbeatInterval})
 	authn := admin.NewAuthenticator(g.resolver, g.cfg.BootstrapAdminKey)
-	g.grpc, _ = admin.NewGRPCServer(g.admin, authn, grpc.ChainUnaryInterceptor(g.reloadAfterWrite))
+	// callScope goes outermost (grpc.UnaryInterceptor runs before every
+	// chained one), so that the key check is under it too.
+	g.grpc, g.health = admin.NewGRPCServer(g.admin, authn,
+		grpc.UnaryInterceptor(callScope),
+		grpc.ChainUnaryInterceptor(g.reloadAfterWrite))
 	if g.rest, err = admin.NewREST(ctx, g.grpc); err != nil {
 		return fmt.Errorf("REST gateway: %w", err)
 	}
@@ -217,7 +272,10 @@ func (g *gateway) start(ctx context.Context) error {
 	})
 	mux.Handle("GET /readyz", g.ready)
 	g.httpSrv = &http.Server{
-		Handler:           mux,
+		// A request pays for at most one Redis failure (redisstate.PerRequest).
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mux.ServeHTTP(w, r.WithContext(redisstate.PerRequest(r.Context())))
+		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
@@ -232,6 +290,9 @@ func (g *gateway) start(ctx context.Context) error {
 	g.goBackground(func() { g.watchStore(bctx) })
 	g.goBackground(func() { g.meter.Run(bctx) })
 	g.goBackground(func() { g.nodes.Run(bctx) })
+	if g.redis != nil {
+		g.goBackground(func() { g.watchRedis(bctx) })
+	}
 
 	go g.serveHTTP()
 	go func() {
@@ -285,18 +346,24 @@ func (g *gateway) watchStore(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		g.dependencyError("postgres", "migrate")
 		g.logger.Warn("database not ready; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 15*time.Second)
+		backoff = min(backoff*2, 5*time.Second)
 	}
 	for {
-		err := g.catalog.Load(ctx, true)
+		lctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+		err := g.catalog.Load(lctx, true)
+		cancel()
 		if err == nil {
 			break
+		}
+		if ctx.Err() != nil {
+			return
 		}
 		g.logger.Warn("configuration not loaded; retrying", slog.String("error", err.Error()))
 		select {
@@ -321,16 +388,45 @@ func (g *gateway) watchStore(ctx context.Context) {
 	g.warnBootstrap(ctx)
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
+	wasDown := false
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := g.store.Ping(pctx)
 		cancel()
+		if ctx.Err() != nil {
+			return
+		}
 		g.ready.observeDB(err == nil, time.Now())
+		switch {
+		case err != nil && !wasDown:
+			g.logger.Warn("database unavailable: known keys are served from cache for the outage grace, unknown keys and admin changes are refused, usage is buffered",
+				slog.String("error", err.Error()), slog.Duration("grace", g.cfg.DBOutageGrace))
+		case err == nil && wasDown:
+			g.logger.Info("database available again")
+		}
+		wasDown = err != nil
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// watchRedis pings Redis through its breaker every redisProbeInterval: the
+// ping is the breaker's probe when no request has needed Redis since it
+// opened, so that shared state and /readyz recover by themselves, and it
+// notices a Redis that failed while nothing used it.
+func (g *gateway) watchRedis(ctx context.Context) {
+	tick := time.NewTicker(redisProbeInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		_ = g.redis.Ping(ctx) // failures are counted and logged by the breaker
 	}
 }
 
@@ -344,9 +440,22 @@ func (g *gateway) warnBootstrap(ctx context.Context) {
 }
 
 // shutdown stops taking work, lets in-flight requests finish within the
-// shutdown timeout, then stops everything.
+// shutdown timeout, flushes metering, then stops everything (SPEC §10).
+//
+// /readyz (and gRPC health) turn to 503/NOT_SERVING at once. With a drain
+// delay the gateway then keeps serving for that long, so that requests
+// routed to it while the load balancer (Kubernetes endpoints) has not yet
+// seen it leave are still answered; only then do the listeners close. The
+// shutdown timeout starts after the delay, so the whole takes at most
+// ShutdownDrainDelay + ShutdownTimeout (plus the metering flush's share of
+// the latter).
 func (g *gateway) shutdown() {
 	g.ready.setShuttingDown()
+	g.health.Shutdown()
+	if d := g.cfg.ShutdownDrainDelay; d > 0 {
+		g.logger.Info("draining: /readyz answers 503; still serving until the delay ends", slog.Duration("drain_delay", d))
+		time.Sleep(d)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -371,10 +480,14 @@ func (g *gateway) shutdown() {
 	wg.Wait()
 	g.rest.Close()
 	// Every request has finished: what they metered is flushed now, within
-	// what is left of the shutdown timeout.
-	if err := g.meter.Close(ctx); err != nil {
+	// what is left of the shutdown timeout, but never less than a few
+	// seconds: requests cut at the timeout must not cost the usage of
+	// those that finished.
+	mctx, mcancel := context.WithTimeout(context.Background(), max(time.Until(deadlineOf(ctx)), minMeteringFlush))
+	if err := g.meter.Close(mctx); err != nil {
 		g.logger.Error("metering not fully flushed", slog.String("error", err.Error()))
 	}
+	mcancel()
 	g.stopBackgrd()
 	g.background.Wait()
 	g.metricsSrv.Close()
@@ -384,4 +497,12 @@ func (g *gateway) shutdown() {
 	}
 	g.store.Close()
 	g.logger.Info("switchyard stopped")
+}
+
+// minMeteringFlush is the least time the metering flush gets at shutdown.
+const minMeteringFlush = 5 * time.Second
+
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
 }

@@ -149,11 +149,13 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer, getenv En
 		return fmt.Errorf("bad configuration:\n%w", err)
 	}
 	logger := newLogger(cfg, stderr)
-	pg, err := openPostgres(ctx, cfg, logger)
+	// g is set before anything listens, so the hook always finds it.
+	var g *gateway
+	pg, err := openPostgres(ctx, cfg, logger, func(error) { g.dependencyError("postgres", "listen") })
 	if err != nil {
 		return err
 	}
-	g := newGateway(cfg, logger, pg, cfg.Keyring)
+	g = newGateway(cfg, logger, pg, cfg.Keyring)
 	g.subscribe = func(ctx context.Context, fn func(int64)) { _ = pg.Listen(ctx, fn) }
 	g.migrate = func(ctx context.Context) error {
 		applied, err := pg.Migrate(ctx)
@@ -167,13 +169,15 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer, getenv En
 		return err
 	}
 	<-ctx.Done()
-	g.logger.Info("shutting down", slog.Duration("timeout", cfg.ShutdownTimeout))
+	g.logger.Info("shutting down", slog.Duration("timeout", cfg.ShutdownTimeout), slog.Duration("drain_delay", cfg.ShutdownDrainDelay))
 	g.shutdown()
 	return nil
 }
 
-func openPostgres(ctx context.Context, cfg Config, logger *slog.Logger) (*postgres.Postgres, error) {
-	pg, err := postgres.New(ctx, cfg.DatabaseURL, postgres.Options{MaxConns: cfg.DatabaseMaxConns, Logger: logger})
+// openPostgres makes the pool; onListenError (may be nil) is told when the
+// config listener loses its connection.
+func openPostgres(ctx context.Context, cfg Config, logger *slog.Logger, onListenError func(error)) (*postgres.Postgres, error) {
+	pg, err := postgres.New(ctx, cfg.DatabaseURL, postgres.Options{MaxConns: cfg.DatabaseMaxConns, Logger: logger, OnListenError: onListenError})
 	if err != nil {
 		return nil, fmt.Errorf("database %s: %w", redactURL(cfg.DatabaseURL), err)
 	}
@@ -190,7 +194,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	if err != nil {
 		return fmt.Errorf("bad configuration:\n%w", err)
 	}
-	pg, err := openPostgres(ctx, cfg, newLogger(cfg, stderr))
+	pg, err := openPostgres(ctx, cfg, newLogger(cfg, stderr), nil)
 	if err != nil {
 		return err
 	}

@@ -40,8 +40,15 @@ type ResolverOptions struct {
 	// is unavailable (SWITCHYARD_DB_OUTAGE_GRACE).
 	Grace time.Duration
 	// DownSince reports since when the store has been unavailable (zero when
-	// it is up); when nil, the resolver uses the first failure it saw.
+	// it is up), as the app's health checks see it. While it is set, known
+	// keys are answered from the cache without asking the store, and once
+	// the outage is older than Grace cached keys stop working. When nil,
+	// the resolver goes by the first failure it saw itself.
 	DownSince func() time.Time
+	// LookupTimeout bounds one store lookup (default 5 s), so that a hung
+	// database answers an unknown key with ErrUnavailable instead of
+	// holding the request.
+	LookupTimeout time.Duration
 	// LocalTTL bounds how long this replica trusts its own copy without
 	// asking again, even on an unchanged version (default 1 minute).
 	LocalTTL time.Duration
@@ -84,6 +91,9 @@ func NewResolver(st KeyStore, o ResolverOptions) *Resolver {
 	if o.NegativeTTL <= 0 {
 		o.NegativeTTL = 5 * time.Second
 	}
+	if o.LookupTimeout <= 0 {
+		o.LookupTimeout = 5 * time.Second
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -122,24 +132,40 @@ func (r *Resolver) lookup(ctx context.Context, id string) (store.Key, error) {
 	r.mu.RLock()
 	c, ok := r.local[id]
 	r.mu.RUnlock()
+	known := ok && !c.missing && c.version == version
 	if ok && c.version == version {
 		switch {
 		case c.missing && now.Sub(c.at) < r.o.NegativeTTL:
 			r.o.OnResult("negative")
 			return store.Key{}, ErrInvalidKey
-		case !c.missing && now.Sub(c.at) < r.o.LocalTTL:
+		case known && now.Sub(c.at) < r.o.LocalTTL:
+			if r.pastGrace(now) {
+				// Past the grace nothing cached is trusted: the key is
+				// checked against the store like an unknown one.
+				break
+			}
 			r.o.OnResult("local")
 			return c.key, nil
 		}
 	}
-	if r.o.Shared != nil {
+	// While the store is known to be down, a key this replica knows is
+	// answered from its cache at once rather than after a failed (or, with
+	// a hung database, a timed-out) lookup: the request path waits on the
+	// store only for keys it does not know.
+	if known && r.withinKnownOutage(now) {
+		r.o.OnResult("stale")
+		return c.key, nil
+	}
+	if r.o.Shared != nil && !r.pastGrace(now) {
 		if k, hit := r.o.Shared.Get(ctx, id, version); hit {
 			r.remember(id, cached{key: k, version: version, at: now})
 			r.o.OnResult("shared")
 			return k, nil
 		}
 	}
-	k, err := r.store.GetKey(ctx, id)
+	sctx, cancel := context.WithTimeout(ctx, r.o.LookupTimeout)
+	k, err := r.store.GetKey(sctx, id)
+	cancel()
 	switch {
 	case err == nil:
 		r.healthy()
@@ -154,16 +180,43 @@ func (r *Resolver) lookup(ctx context.Context, id string) (store.Key, error) {
 		r.remember(id, cached{missing: true, version: version, at: now})
 		r.o.OnResult("store")
 		return store.Key{}, ErrInvalidKey
+	case ctx.Err() != nil:
+		// The caller left; that says nothing about the store.
+		return store.Key{}, ctx.Err()
 	}
 	// The store failed: a key this replica knows keeps working for the grace
 	// period; an unknown one never gets through.
 	since := r.downSince(now)
-	if ok && !c.missing && now.Sub(since) <= r.o.Grace {
+	if known && now.Sub(since) <= r.o.Grace {
 		r.o.OnResult("stale")
 		return c.key, nil
 	}
 	r.o.OnResult("unavailable")
 	return store.Key{}, ErrUnavailable
+}
+
+// knownDown is since when the app's health checks have seen the store down
+// (zero when they see it up, or when no DownSince is given).
+func (r *Resolver) knownDown() time.Time {
+	if r.o.DownSince == nil {
+		return time.Time{}
+	}
+	return r.o.DownSince()
+}
+
+// withinKnownOutage reports whether the store is known to be down and has
+// been for no longer than the grace.
+func (r *Resolver) withinKnownOutage(now time.Time) bool {
+	since := r.knownDown()
+	return !since.IsZero() && now.Sub(since) <= r.o.Grace
+}
+
+// pastGrace reports whether the store is known to have been down for longer
+// than the grace: cached keys then stop working (SPEC §8), and /readyz says
+// 503.
+func (r *Resolver) pastGrace(now time.Time) bool {
+	since := r.knownDown()
+	return !since.IsZero() && now.Sub(since) > r.o.Grace
 }
 
 // maxCached bounds this replica's cache, so that a flood of made-up key ids

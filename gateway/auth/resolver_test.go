@@ -181,3 +181,69 @@ func pad(i int) string {
 	}
 	return string(b)
 }
+
+// switchStore passes lookups to the store it holds now.
+type switchStore struct{ auth.KeyStore }
+
+// hungStore never answers until its caller gives up, as a frozen database.
+type hungStore struct{ calls int }
+
+func (h *hungStore) GetKey(ctx context.Context, _ string) (store.Key, error) {
+	h.calls++
+	<-ctx.Done()
+	return store.Key{}, errors.Join(store.ErrUnavailable, ctx.Err())
+}
+
+// TestResolverDuringAKnownOutage: with the app's health checks saying the
+// store is down, known keys are answered from the cache without asking the
+// store (so a hung database holds no request of a known key); an unknown
+// key waits at most LookupTimeout and gets ErrUnavailable; past the grace
+// even a key cached a moment ago stops working.
+func TestResolverDuringAKnownOutage(t *testing.T) {
+	st := &flakyStore{keys: map[string]store.Key{}}
+	key := mint(t, st, "acme")
+	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var mu sync.Mutex
+	var downSince time.Time
+	setDown := func(t time.Time) { mu.Lock(); downSince = t; mu.Unlock() }
+	hung := &hungStore{}
+	sw := &switchStore{KeyStore: st}
+	r := auth.NewResolver(sw,
+		auth.ResolverOptions{
+			Grace: time.Minute, Now: clk.Now, LookupTimeout: 100 * time.Millisecond,
+			DownSince: func() time.Time { mu.Lock(); defer mu.Unlock(); return downSince },
+		})
+	ctx := context.Background()
+	if _, err := r.Resolve(ctx, key, auth.Client); err != nil {
+		t.Fatal(err)
+	}
+	sw.KeyStore = hung
+	setDown(clk.Now())
+	clk.add(30 * time.Second)
+	start := time.Now()
+	if _, err := r.Resolve(ctx, key, auth.Client); err != nil {
+		t.Fatalf("known key within the grace: %v", err)
+	}
+	if hung.calls != 0 {
+		t.Errorf("a known key asked the hung store %d times", hung.calls)
+	}
+	fresh := mint(t, st, "acme")
+	if _, err := r.Resolve(ctx, fresh, auth.Client); !errors.Is(err, auth.ErrUnavailable) {
+		t.Fatalf("unknown key: %v, want ErrUnavailable", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("took %v with a 100 ms lookup timeout", took)
+	}
+	clk.add(31 * time.Second) // past the minute of grace
+	if _, err := r.Resolve(ctx, key, auth.Client); !errors.Is(err, auth.ErrUnavailable) {
+		t.Fatalf("known key past the grace: %v, want ErrUnavailable", err)
+	}
+	sw.KeyStore = st
+	setDown(time.Time{})
+	if _, err := r.Resolve(ctx, key, auth.Client); err != nil {
+		t.Fatalf("after recovery: %v", err)
+	}
+	if _, err := r.Resolve(ctx, fresh, auth.Client); err != nil {
+		t.Fatalf("new key after recovery: %v", err)
+	}
+}

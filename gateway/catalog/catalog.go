@@ -64,13 +64,20 @@ type Options struct {
 	// OnDecryptError is called (with the table) when a sealed value cannot
 	// be opened; the app counts switchyard_keyring_decrypt_errors_total.
 	OnDecryptError func(table string)
-	// OnError is called when a reload fails (the app counts dependency errors).
+	// OnError is called when a reload fails, not when it was cancelled.
 	OnError func(err error)
 	// OnVendorChanged is called after a reload for every vendor whose key or
 	// URL changed, or that is gone: its breaker should start afresh.
 	OnVendorChanged func(vendorID string)
-	Now             func() time.Time
+	// LoadTimeout bounds each reload Run makes (default DefaultLoadTimeout),
+	// so that a hung database is a failed reload that is tried again, not a
+	// follower stuck for good holding the reload lock.
+	LoadTimeout time.Duration
+	Now         func() time.Time
 }
+
+// DefaultLoadTimeout is Options.LoadTimeout's default.
+const DefaultLoadTimeout = 10 * time.Second
 
 // Catalog holds the current Snapshot.
 type Catalog struct {
@@ -89,6 +96,9 @@ func New(st Store, op Opener, o Options) *Catalog {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.LoadTimeout <= 0 {
+		o.LoadTimeout = DefaultLoadTimeout
 	}
 	c := &Catalog{store: st, opener: op, o: o}
 	c.cur.Store(&Snapshot{Version: -1, Routes: route.NewSnapshot(nil), Tenants: map[string]store.Tenant{}, Vendors: map[string]Vendor{}, Nodes: map[string]store.Node{}})
@@ -138,7 +148,7 @@ func (c *Catalog) Load(ctx context.Context, force bool) error {
 }
 
 func (c *Catalog) failed(err error) error {
-	if c.o.OnError != nil {
+	if c.o.OnError != nil && !errors.Is(err, context.Canceled) {
 		c.o.OnError(err)
 	}
 	return fmt.Errorf("load configuration: %w", err)
@@ -209,7 +219,7 @@ func (c *Catalog) openVendor(v store.Vendor, prev *Snapshot) Vendor {
 
 // Run keeps the catalog current: it reloads on every version notified (from
 // LISTEN/NOTIFY) and, as the fallback, polls the version every poll
-// interval. It returns when ctx ends.
+// interval, each reload bounded by LoadTimeout. It returns when ctx ends.
 func (c *Catalog) Run(ctx context.Context, notified <-chan int64, poll time.Duration) {
 	if poll <= 0 {
 		poll = time.Second
@@ -226,7 +236,10 @@ func (c *Catalog) Run(ctx context.Context, notified <-chan int64, poll time.Dura
 			}
 		case <-t.C:
 		}
-		if err := c.Load(ctx, false); err != nil && !errors.Is(err, context.Canceled) {
+		lctx, cancel := context.WithTimeout(ctx, c.o.LoadTimeout)
+		err := c.Load(lctx, false)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			c.o.Logger.Debug("configuration reload failed; keeping the last one", slog.String("error", err.Error()))
 		}
 	}

@@ -123,22 +123,53 @@ func sameModel(a, b string) bool {
 
 // target is where and how the gateway calls the node: its engine front, with
 // its node key. The key is opened once per key id and kept, so calls go on
-// while Postgres is down.
+// while Postgres is down; once the node's key is known, the periodic check
+// that it is still the node's key runs in the background, so that no call
+// waits on Postgres (a hung one would hold it).
 func (p *Pool) target(ctx context.Context, id string) (upstream.Target, error) {
 	p.mu.Lock()
 	nd := p.nodes[id]
 	url := strings.TrimRight(nd.hb.GetUrl(), "/")
-	keyID, key, keyAt := nd.keyID, nd.key, nd.keyAt
+	key, keyAt := nd.key, nd.keyAt
+	due := key != "" && p.o.Now().Sub(keyAt) >= keyRefresh && !nd.keyChecking
+	if due {
+		nd.keyChecking = true
+	}
 	p.mu.Unlock()
 	if url == "" {
 		return upstream.Target{}, fmt.Errorf("node %q advertises no URL", id)
 	}
 	t := upstream.Target{Kind: upstream.TargetNode, ID: id, BaseURL: url + "/v1", FirstByteTimeout: p.o.FirstByteTimeout}
-	now := p.o.Now()
-	if key != "" && now.Sub(keyAt) < keyRefresh {
+	if key != "" {
+		if due {
+			go func() {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyCheckTimeout)
+				defer cancel()
+				_, _ = p.checkKey(cctx, nd, id)
+				p.mu.Lock()
+				nd.keyChecking = false
+				p.mu.Unlock()
+			}()
+		}
 		t.APIKey = key
 		return t, nil
 	}
+	key, err := p.checkKey(ctx, nd, id)
+	if err != nil {
+		return upstream.Target{}, err
+	}
+	t.APIKey = key
+	return t, nil
+}
+
+// checkKey asks the store for the node's active key, opens it when it is
+// new, and returns the key to use: the new one, or the one already held
+// when the store fails or the new one cannot be opened.
+func (p *Pool) checkKey(ctx context.Context, nd *node, id string) (string, error) {
+	p.mu.Lock()
+	keyID, key := nd.keyID, nd.key
+	p.mu.Unlock()
+	now := p.o.Now()
 	k, err := p.o.Keys.NodeKey(ctx, id)
 	if err == nil {
 		p.mu.Lock()
@@ -152,7 +183,7 @@ func (p *Pool) target(ctx context.Context, id string) (upstream.Target, error) {
 			p.o.Metrics.KeyringDecryptErrors.WithLabelValues("api_keys").Inc()
 			p.o.Logger.Error("cannot open a node key", slog.String("node", id), slog.String("error", oerr.Error()))
 			if key == "" {
-				return upstream.Target{}, fmt.Errorf("node %q: its key cannot be opened by this replica's keyring", id)
+				return "", fmt.Errorf("node %q: its key cannot be opened by this replica's keyring", id)
 			}
 			break
 		}
@@ -161,11 +192,13 @@ func (p *Pool) target(ctx context.Context, id string) (upstream.Target, error) {
 		nd.key, nd.keyID = key, keyID
 		p.mu.Unlock()
 	case err != nil && key == "":
-		return upstream.Target{}, fmt.Errorf("node %q: no usable node key (%v)", id, err)
+		return "", fmt.Errorf("node %q: no usable node key (%v)", id, err)
 	}
-	t.APIKey = key
-	return t, nil
+	return key, nil
 }
+
+// keyCheckTimeout bounds a background check of a node's key.
+const keyCheckTimeout = 10 * time.Second
 
 // keyRefresh is how long an opened node key is used before the store is
 // asked again whether it is still the node's key (a re-minted key).

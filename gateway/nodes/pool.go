@@ -85,6 +85,8 @@ type node struct {
 	keyID string // the node key opened below belongs to this key id
 	key   string
 	keyAt time.Time // when the store last confirmed keyID
+	// keyChecking is set while a background check of the key runs.
+	keyChecking bool
 }
 
 // Pool is the replica's node pool.

@@ -243,3 +243,71 @@ func TestSharedPoolAcrossReplicas(t *testing.T) {
 		t.Fatalf("replica B sees node a as %s", got)
 	}
 }
+
+// blockingKeys answers the first lookup of each node and then hangs until
+// its caller gives up, as a frozen database does.
+type blockingKeys struct {
+	keys
+	mu      sync.Mutex
+	hang    bool
+	waiting chan struct{}
+}
+
+func (b *blockingKeys) NodeKey(ctx context.Context, id string) (store.Key, error) {
+	b.mu.Lock()
+	hang := b.hang
+	b.mu.Unlock()
+	if !hang {
+		return b.keys.NodeKey(ctx, id)
+	}
+	select {
+	case b.waiting <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return store.Key{}, errors.Join(store.ErrUnavailable, ctx.Err())
+}
+
+// TestKeyCheckNeverHoldsACall: once a node's key is known, its periodic
+// check against the store runs in the background, so a hung database holds
+// no call; the key in hand keeps being used.
+func TestKeyCheckNeverHoldsACall(t *testing.T) {
+	clk := &clock{now: time.Unix(1_000_000, 0)}
+	reg := registered("a")
+	k := &blockingKeys{waiting: make(chan struct{}, 1)}
+	p := nodes.New(nodes.Options{Registry: reg, Keys: k, Opener: plainOpener{}, Now: clk.Now,
+		Leaser: redisstate.NewLeaser(nil, redisstate.LeaserOptions{})})
+	ctx := context.Background()
+	_ = p.Heartbeat(ctx, reg.snap.Nodes["a"], heartbeat("a", "m", 8, true))
+	req := openai.NodeRequest{Model: store.Model{ID: "m"}}
+	l, err := p.Place(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Done(openai.NodeResult{Status: 200})
+
+	k.mu.Lock()
+	k.hang = true
+	k.mu.Unlock()
+	clk.add(time.Minute) // the key is due for a check
+	_ = p.Heartbeat(ctx, reg.snap.Nodes["a"], heartbeat("a", "m", 8, true))
+	for i := range 3 {
+		start := time.Now()
+		l, err := p.Place(ctx, req)
+		if err != nil {
+			t.Fatalf("Place %d with the store hung: %v", i, err)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("Place %d waited %v on the hung store", i, took)
+		}
+		if l.Target().APIKey != "syn_key_of_a" {
+			t.Fatalf("target key = %q", l.Target().APIKey)
+		}
+		l.Done(openai.NodeResult{Status: 200})
+	}
+	select {
+	case <-k.waiting:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the key was not checked in the background")
+	}
+}

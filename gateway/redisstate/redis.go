@@ -8,9 +8,10 @@
 // breaker in front of the client: after three consecutive network errors the
 // breaker opens and, for two seconds, every call fails at once with
 // ErrUnavailable without touching the network, so a hung Redis costs a
-// request at most one timeout rather than one per command. Each user then
-// falls back to per-replica state. A nil *Redis (no Redis configured) is
-// valid everywhere and means "per-replica only".
+// request at most one timeout rather than one per command; PerRequest makes
+// that hold for the requests that meet the hang before the breaker opens.
+// Each user then falls back to per-replica state. A nil *Redis (no Redis
+// configured) is valid everywhere and means "per-replica only".
 package redisstate
 
 import (
@@ -22,6 +23,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +38,10 @@ var ErrUnavailable = errors.New("redis unavailable")
 
 // errSkipped marks a call the open breaker refused without network I/O.
 var errSkipped = errors.New("skipped after repeated network errors")
+
+// errSpent marks a call skipped because an earlier call of the same request
+// already failed on the network (PerRequest).
+var errSpent = errors.New("skipped: this request already met a Redis failure")
 
 // Breaker settings (SPEC §8). They are fixed rather than options because the
 // spec states them and /readyz semantics depend on them.
@@ -234,14 +240,39 @@ type callerGone struct{ err error }
 
 func (e *callerGone) Error() string { return e.err.Error() }
 
+// requestKey is the context key of PerRequest's mark.
+type requestKey struct{}
+
+// PerRequest marks ctx as one request's, so that the request pays for at
+// most one Redis failure: once a call made under ctx has failed on the
+// network (against a hung Redis, a whole timeout), every later call under
+// it skips Redis at once and its user falls back to per-replica state, as
+// with the breaker open. The breaker alone needs three failures in a row
+// to open, and one request makes several calls (key cache, limits, slot
+// lease and its release, usage), so without this the first requests to
+// meet a hung Redis would each wait one timeout per call. Calls made
+// without the mark (lease renewals, the node pool's refresh) are not
+// affected.
+func PerRequest(ctx context.Context) context.Context {
+	if _, ok := ctx.Value(requestKey{}).(*atomic.Bool); ok {
+		return ctx
+	}
+	return context.WithValue(ctx, requestKey{}, new(atomic.Bool))
+}
+
 // Do runs fn against the client behind the breaker, with a context bounded
 // by the timeout. op names the operation for OnError and error messages.
 // It returns ErrUnavailable (wrapped) when the breaker is open, when fn
-// failed on the network, or when r is nil; other errors (redis.Nil, error
-// replies) come back as fn returned them.
+// failed on the network, when an earlier call of the same request did
+// (PerRequest), or when r is nil; other errors (redis.Nil, error replies)
+// come back as fn returned them.
 func (r *Redis) Do(ctx context.Context, op string, fn func(ctx context.Context, c redis.UniversalClient) error) error {
 	if r == nil {
 		return fmt.Errorf("redis %s: %w: not configured", op, ErrUnavailable)
+	}
+	failedBefore, _ := ctx.Value(requestKey{}).(*atomic.Bool)
+	if failedBefore != nil && failedBefore.Load() {
+		return fmt.Errorf("redis %s: %w: %w", op, ErrUnavailable, errSpent)
 	}
 	_, err := r.breaker.Execute(func() (struct{}, error) {
 		cctx, cancel := context.WithTimeout(ctx, r.timeout)
@@ -269,6 +300,9 @@ func (r *Redis) Do(ctx context.Context, op string, fn func(ctx context.Context, 
 	}
 	var o *outage
 	if errors.As(err, &o) {
+		if failedBefore != nil {
+			failedBefore.Store(true)
+		}
 		err = fmt.Errorf("redis %s: %w: %w", op, ErrUnavailable, o.err)
 	} else if errors.Is(err, redis.Nil) {
 		return err

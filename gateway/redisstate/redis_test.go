@@ -342,3 +342,43 @@ func TestIsNetworkError(t *testing.T) {
 		}
 	}
 }
+
+// One request makes several Redis calls; against a frozen Redis the first
+// pays the timeout and PerRequest makes the rest skip at once, long before
+// the breaker (three failures) would open. Calls outside the request are
+// not affected.
+func TestPerRequestPaysOneTimeout(t *testing.T) {
+	srv := startPrivateRedis(t)
+	const timeout = 200 * time.Millisecond
+	r := guarded(t, srv.url(), Options{Timeout: timeout}, nil)
+	if err := ping(r); err != nil {
+		t.Fatalf("Ping before the freeze: %v", err)
+	}
+	srv.freeze()
+	defer srv.thaw()
+
+	ctx := PerRequest(context.Background())
+	if PerRequest(ctx) != ctx {
+		t.Error("PerRequest on a marked context made a new mark")
+	}
+	start := time.Now()
+	for i := range 5 {
+		err := r.Ping(ctx)
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("call %d = %v, want ErrUnavailable", i+1, err)
+		}
+		if i > 0 && !errors.Is(err, errSpent) {
+			t.Errorf("call %d reached Redis again: %v", i+1, err)
+		}
+	}
+	if took := time.Since(start); took > 5*timeout {
+		t.Errorf("five calls of one request took %v with a %v timeout", took, timeout)
+	}
+	if !r.Available() {
+		t.Error("one failed request opened the breaker")
+	}
+	// Another request still tries Redis.
+	if err := r.Ping(PerRequest(context.Background())); errors.Is(err, errSpent) {
+		t.Errorf("a fresh request was skipped: %v", err)
+	}
+}

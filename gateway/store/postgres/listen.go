@@ -29,6 +29,9 @@ func (p *Postgres) Listen(ctx context.Context, fn func(version int64)) error {
 		if listening {
 			backoff = minBackoff
 		}
+		if p.onListenError != nil {
+			p.onListenError(err)
+		}
 		p.logger.Warn("config listener lost its database connection; reconnecting",
 			"error", fail("listen", err).Error(), "retry_in", backoff)
 		t := time.NewTimer(backoff)

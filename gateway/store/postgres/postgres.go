@@ -61,13 +61,25 @@ type Options struct {
 	// LockTimeout bounds how long Migrate waits for the migration lock
 	// (default migrations.DefaultLockTimeout).
 	LockTimeout time.Duration
+	// OnListenError is told each time Listen loses (or cannot open) its
+	// connection, so that the app can count it as a dependency error.
+	OnListenError func(err error)
+	// Tracer sees every query (tests record the store's queries with it).
+	Tracer pgx.QueryTracer
 }
+
+// DefaultConnectTimeout bounds opening one connection when the URL sets no
+// connect_timeout. Without it a database that accepts TCP connections but
+// does not answer (hung, or frozen) would hold every caller that needs a
+// new connection until the caller's own deadline, if it has one.
+const DefaultConnectTimeout = 5 * time.Second
 
 // Postgres is the Postgres store.Store.
 type Postgres struct {
-	pool        *pgxpool.Pool
-	logger      *slog.Logger
-	lockTimeout time.Duration
+	pool          *pgxpool.Pool
+	logger        *slog.Logger
+	lockTimeout   time.Duration
+	onListenError func(error)
 }
 
 // New makes the pool. It does not connect: the first query (Migrate or
@@ -86,8 +98,14 @@ func New(ctx context.Context, databaseURL string, opts Options) (*Postgres, erro
 	case !strings.Contains(databaseURL, "pool_max_conns"):
 		cfg.MaxConns = DefaultMaxConns
 	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "switchyard"
+	}
+	if opts.Tracer != nil {
+		cfg.ConnConfig.Tracer = opts.Tracer
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -97,7 +115,7 @@ func New(ctx context.Context, databaseURL string, opts Options) (*Postgres, erro
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Postgres{pool: pool, logger: logger, lockTimeout: opts.LockTimeout}, nil
+	return &Postgres{pool: pool, logger: logger, lockTimeout: opts.LockTimeout, onListenError: opts.OnListenError}, nil
 }
 
 // Pool returns the connection pool, for health checks and tests.
