@@ -8,7 +8,6 @@ package memory
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
@@ -117,8 +116,8 @@ func (m *Memory) write(a store.Actor, fn func(now time.Time) ([]change, error)) 
 			ActorKeyID: a.KeyID,
 			Action:     c.action,
 			Entity:     c.entity,
-			BeforeJSON: jsonOf(c.before),
-			AfterJSON:  jsonOf(c.after),
+			BeforeJSON: store.AuditJSON(c.before),
+			AfterJSON:  store.AuditJSON(c.after),
 		})
 	}
 	m.version++
@@ -131,18 +130,6 @@ func (m *Memory) write(a store.Actor, fn func(now time.Time) ([]change, error)) 
 // timestamp is now at the precision Postgres keeps, so both stores return
 // the same times.
 func timestamp() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
-
-func jsonOf(v any) string {
-	if v == nil {
-		return ""
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		// The store types always marshal; say so rather than lose the entry.
-		return fmt.Sprintf(`{"error":%q}`, err.Error())
-	}
-	return string(b)
-}
 
 // storeError carries a message a person can act on and the sentinel the
 // edge maps.
@@ -229,51 +216,8 @@ func (m *Memory) DeleteTenant(ctx context.Context, a store.Actor, id string) err
 
 // --- keys ---
 
-func validKey(k store.Key) error {
-	switch {
-	case k.ID == "":
-		return invalid("a key needs an id")
-	case len(k.SecretHash) == 0:
-		return invalid("key %q has no secret hash", k.ID)
-	}
-	switch k.Kind {
-	case store.KeyClient:
-		if k.TenantID == "" {
-			return invalid("client key %q needs a tenant", k.ID)
-		}
-	case store.KeyAdmin:
-	case store.KeyNode:
-		if k.NodeID == "" {
-			return invalid("node key %q needs a node id", k.ID)
-		}
-	default:
-		return invalid("key kind %q is not one of client, admin, node", k.Kind)
-	}
-	return nil
-}
-
-func createAction(kind store.KeyKind) string {
-	switch kind {
-	case store.KeyClient:
-		return "CreateClientKey"
-	case store.KeyAdmin:
-		return "CreateAdminKey"
-	}
-	return "MintNodeKey"
-}
-
-func revokeAction(kind store.KeyKind) string {
-	switch kind {
-	case store.KeyClient:
-		return "RevokeClientKey"
-	case store.KeyAdmin:
-		return "RevokeAdminKey"
-	}
-	return "RevokeNodeKey"
-}
-
 func (m *Memory) CreateKey(ctx context.Context, a store.Actor, k store.Key) (store.Key, error) {
-	if err := validKey(k); err != nil {
+	if err := store.ValidateKey(k); err != nil {
 		return store.Key{}, err
 	}
 	var out store.Key
@@ -281,7 +225,7 @@ func (m *Memory) CreateKey(ctx context.Context, a store.Actor, k store.Key) (sto
 		if _, ok := m.keys[k.ID]; ok {
 			return nil, conflict("key %q already exists", k.ID)
 		}
-		action := createAction(k.Kind)
+		action := store.CreateKeyAction(k.Kind)
 		var changes []change
 		switch k.Kind {
 		case store.KeyClient:
@@ -362,7 +306,7 @@ func (m *Memory) RevokeKey(ctx context.Context, a store.Actor, kind store.KeyKin
 		k.Sealed = nil
 		m.keys[id] = k
 		out = cloneKey(k)
-		return []change{{revokeAction(kind), "key/" + id, before, out}}, nil
+		return []change{{store.RevokeKeyAction(kind), "key/" + id, before, out}}, nil
 	})
 	return out, err
 }
@@ -631,65 +575,26 @@ func (m *Memory) ResealAll(ctx context.Context, a store.Actor, fn store.Resealer
 			})
 		}
 
-		before := map[uint32]int64{}
-		after := map[uint32]int64{}
-		type rewrite struct {
-			v       sealedValue
-			sealed  []byte
-			version uint32
+		planned := make([]store.SealedValue, len(values))
+		for i, v := range values {
+			planned[i] = store.SealedValue{Ref: v.ref, Sealed: slices.Clone(v.sealed)}
 		}
-		var rewrites []rewrite
-		for _, v := range values {
-			old, err := fn.Version(v.sealed)
-			if err != nil {
-				rep.Failed = append(rep.Failed, store.ResealFailure{Ref: v.ref, Err: err})
-				continue
-			}
-			before[old]++
-			nv, err := fn.Reseal(v.ref, slices.Clone(v.sealed))
-			if err != nil {
-				rep.Failed = append(rep.Failed, store.ResealFailure{Ref: v.ref, Err: err})
-				continue
-			}
-			if nv == nil {
-				after[old]++
-				continue
-			}
-			ver, err := fn.Version(nv)
-			if err != nil {
-				rep.Failed = append(rep.Failed, store.ResealFailure{Ref: v.ref, Err: err})
-				continue
-			}
-			after[ver]++
-			rewrites = append(rewrites, rewrite{v, slices.Clone(nv), ver})
-		}
-		if len(rep.Failed) > 0 || dryRun {
-			rep.RowsPerVersion = before
-			if dryRun && len(rep.Failed) == 0 {
-				rep.Rewritten = int64(len(rewrites))
-			}
+		rewrites, plan, before := store.PlanReseal(fn, planned)
+		rep = plan
+		if !store.FinishReseal(rewrites, &rep, before, dryRun) {
 			return nil, nil
 		}
 		for _, r := range rewrites {
-			r.v.put(r.sealed, r.version)
+			values[r.Index].put(slices.Clone(r.Sealed), r.Version)
 		}
-		rep.Rewritten = int64(len(rewrites))
-		rep.RowsPerVersion = after
 		if rep.Rewritten == 0 {
 			return nil, nil
 		}
 		return []change{{"RotateEncryption", "keyring",
-			resealSummary{RowsPerVersion: before},
-			resealSummary{Rewritten: rep.Rewritten, RowsPerVersion: after}}}, nil
+			store.ResealSummary{RowsPerVersion: before},
+			store.ResealSummary{Rewritten: rep.Rewritten, RowsPerVersion: rep.RowsPerVersion}}}, nil
 	})
 	return rep, err
-}
-
-// resealSummary is what the audit log keeps of a rotation: counts, never
-// values.
-type resealSummary struct {
-	Rewritten      int64            `json:"rewritten"`
-	RowsPerVersion map[uint32]int64 `json:"rows_per_version"`
 }
 
 // --- usage ---
@@ -710,28 +615,8 @@ func (m *Memory) InsertUsage(ctx context.Context, events []store.UsageEvent) err
 	return nil
 }
 
-// usageGroups checks GroupBy and fills the default (tenant, model).
-func usageGroups(groupBy []string) (map[string]bool, error) {
-	if len(groupBy) == 0 {
-		groupBy = []string{"tenant", "model"}
-	}
-	g := map[string]bool{}
-	for _, name := range groupBy {
-		switch name {
-		case "tenant", "model", "target", "day", "month":
-			g[name] = true
-		default:
-			return nil, invalid("usage cannot be grouped by %q: use tenant, model, target, day or month", name)
-		}
-	}
-	if g["day"] && g["month"] {
-		return nil, invalid("usage is grouped by day or by month, not both")
-	}
-	return g, nil
-}
-
 func (m *Memory) QueryUsage(ctx context.Context, q store.UsageQuery) ([]store.UsageRow, error) {
-	g, err := usageGroups(q.GroupBy)
+	g, err := store.UsageGroups(q.GroupBy)
 	if err != nil {
 		return nil, err
 	}

@@ -140,54 +140,11 @@ func sortKeys(ks []store.Key) []store.Key {
 	return ks
 }
 
-func validKey(k store.Key) error {
-	switch {
-	case k.ID == "":
-		return invalid("a key needs an id")
-	case len(k.SecretHash) == 0:
-		return invalid("key %q has no secret hash", k.ID)
-	}
-	switch k.Kind {
-	case store.KeyClient:
-		if k.TenantID == "" {
-			return invalid("client key %q needs a tenant", k.ID)
-		}
-	case store.KeyAdmin:
-	case store.KeyNode:
-		if k.NodeID == "" {
-			return invalid("node key %q needs a node id", k.ID)
-		}
-	default:
-		return invalid("key kind %q is not one of client, admin, node", k.Kind)
-	}
-	return nil
-}
-
-func createAction(kind store.KeyKind) string {
-	switch kind {
-	case store.KeyClient:
-		return "CreateClientKey"
-	case store.KeyAdmin:
-		return "CreateAdminKey"
-	}
-	return "MintNodeKey"
-}
-
-func revokeAction(kind store.KeyKind) string {
-	switch kind {
-	case store.KeyClient:
-		return "RevokeClientKey"
-	case store.KeyAdmin:
-		return "RevokeAdminKey"
-	}
-	return "RevokeNodeKey"
-}
-
 func (p *Postgres) CreateKey(ctx context.Context, a store.Actor, k store.Key) (store.Key, error) {
-	if err := validKey(k); err != nil {
+	if err := store.ValidateKey(k); err != nil {
 		return store.Key{}, err
 	}
-	action := createAction(k.Kind)
+	action := store.CreateKeyAction(k.Kind)
 	var out store.Key
 	err := p.write(ctx, a, "create key", func(tx pgx.Tx) ([]change, error) {
 		var changes []change
@@ -283,7 +240,7 @@ func (p *Postgres) RevokeKey(ctx context.Context, a store.Actor, kind store.KeyK
 		if err != nil {
 			return nil, err
 		}
-		return []change{{revokeAction(kind), "key/" + id, k, out}}, nil
+		return []change{{store.RevokeKeyAction(kind), "key/" + id, k, out}}, nil
 	})
 	return out, err
 }

@@ -15,7 +15,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -180,7 +179,7 @@ func (p *Postgres) write(ctx context.Context, a store.Actor, op string, fn func(
 	for _, c := range changes {
 		if _, err := tx.Exec(ctx, `INSERT INTO audit_log (actor_key_id, action, entity, before_json, after_json)
 			VALUES ($1, $2, $3, NULLIF($4, '')::jsonb, NULLIF($5, '')::jsonb)`,
-			a.KeyID, c.action, c.entity, jsonOf(c.before), jsonOf(c.after)); err != nil {
+			a.KeyID, c.action, c.entity, store.AuditJSON(c.before), store.AuditJSON(c.after)); err != nil {
 			return fail(op+": audit", err)
 		}
 	}
@@ -201,18 +200,6 @@ func (p *Postgres) write(ctx context.Context, a store.Actor, op string, fn func(
 func lockEntity(ctx context.Context, tx pgx.Tx, entity string) error {
 	_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", entityLockClass, entity)
 	return err
-}
-
-func jsonOf(v any) string {
-	if v == nil {
-		return ""
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		// The store types always marshal; say so rather than lose the entry.
-		return fmt.Sprintf(`{"error":%q}`, err.Error())
-	}
-	return string(b)
 }
 
 // storeError carries a message a person can act on, the sentinel the edge

@@ -41,30 +41,10 @@ func (p *Postgres) InsertUsage(ctx context.Context, events []store.UsageEvent) e
 	return fail("insert usage", err)
 }
 
-// usageGroups checks GroupBy and fills the default (tenant, model).
-func usageGroups(groupBy []string) (map[string]bool, error) {
-	if len(groupBy) == 0 {
-		groupBy = []string{"tenant", "model"}
-	}
-	g := map[string]bool{}
-	for _, name := range groupBy {
-		switch name {
-		case "tenant", "model", "target", "day", "month":
-			g[name] = true
-		default:
-			return nil, invalid("usage cannot be grouped by %q: use tenant, model, target, day or month", name)
-		}
-	}
-	if g["day"] && g["month"] {
-		return nil, invalid("usage is grouped by day or by month, not both")
-	}
-	return g, nil
-}
-
 // QueryUsage sums usage per group. A dimension not grouped by is "" in
 // every row; periods are UTC days (2006-01-02) or months (2006-01).
 func (p *Postgres) QueryUsage(ctx context.Context, q store.UsageQuery) ([]store.UsageRow, error) {
-	g, err := usageGroups(q.GroupBy)
+	g, err := store.UsageGroups(q.GroupBy)
 	if err != nil {
 		return nil, err
 	}
