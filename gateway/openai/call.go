@@ -351,6 +351,9 @@ func (h *Handler) deliver(ctx context.Context, w http.ResponseWriter, c *call, r
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(b)
+	// The answer goes out now: what follows (the slot's release, token
+	// counts, metering, the log line) must not hold the client.
+	_ = http.NewResponseController(w).Flush()
 	if lease != nil {
 		// A whole answer at once cannot tell the first token from the
 		// rest: its speed is the output over the whole call, and it says

@@ -59,6 +59,9 @@ func (h *Handler) finish(ctx context.Context, c *call) {
 		if c.outputTokens > 0 {
 			m.Tokens.WithLabelValues(c.tenant.ID, model, "output").Add(float64(c.outputTokens))
 		}
+		// Recorded for every tenant, limits or not: a budget set later in
+		// the day counts what the day has already used. The answer has
+		// already been flushed to the client, so this does not hold it.
 		if h.o.Limits != nil && (tokens > 0 || cost > 0) {
 			// The request's own context may be gone (client disconnected);
 			// the counts must still land.

@@ -126,9 +126,14 @@ type SSEReader struct {
 	err   error    // sticky: once set, Next returns it
 }
 
-// readBufSize is the bufio buffer, enough for a typical chunk of a chat
-// completion stream in one read.
-const readBufSize = 32 << 10
+// readBufSize is the bufio buffer. Small on purpose: it is held for the
+// whole life of a stream, and thousands of streams may be open; a longer
+// line is assembled from several reads.
+const readBufSize = 4 << 10
+
+// keepBufBytes bounds the event buffer kept between events: after an
+// unusually large event its memory is given back.
+const keepBufBytes = 64 << 10
 
 // NewSSEReader reads events from r with lines capped at maxLineBytes
 // (excluding the line terminator); 0 or less means DefaultMaxLineBytes.
@@ -146,6 +151,9 @@ func NewSSEReader(r io.Reader, maxLineBytes int) *SSEReader {
 func (s *SSEReader) Next() (Event, error) {
 	if s.err != nil {
 		return Event{}, s.err
+	}
+	if cap(s.buf) > keepBufBytes {
+		s.buf = nil
 	}
 	s.buf, s.ends = s.buf[:0], s.ends[:0]
 	for {

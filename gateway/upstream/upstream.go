@@ -163,10 +163,12 @@ func newHTTPClient(connect time.Duration, control func(network, address string, 
 			// A custom DialContext turns HTTP/2 off unless asked for.
 			ForceAttemptHTTP2:   true,
 			TLSHandshakeTimeout: connect,
-			MaxIdleConns:        512,
-			// The default of 2 would make a busy vendor open and close a
-			// connection for nearly every request.
-			MaxIdleConnsPerHost: 64,
+			// Idle connections are cheap; reopening them is not. The default
+			// of 2 per host — or any limit below the calls in flight to one
+			// upstream (rate × its latency) — makes a busy upstream open and
+			// close a connection for nearly every request.
+			MaxIdleConns:        8192,
+			MaxIdleConnsPerHost: 1024,
 			IdleConnTimeout:     90 * time.Second,
 		},
 		// Following a redirect would carry the injected credentials to a
