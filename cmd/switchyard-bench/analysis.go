@@ -45,11 +45,9 @@ func heapNote(r *Report) []string {
 	}
 	return []string{fmt.Sprintf(
 		"A held stream keeps %s KiB of live heap in the gateway (at %d streams), plus %s KiB of goroutine stacks (%s goroutines: the server connection, the background read net/http starts while a handler runs, and the upstream transport's read and write loops). "+
-			"Reading the code, the largest single piece is the SSE reader's 32 KiB bufio buffer (gateway/upstream/sse.go, readBufSize, one per stream for its whole life); "+
-			"net/http adds a 4 KiB reader and writer on each of the two connections. "+
-			"Proposed (gateway/upstream, not made here): start the SSE reader with a 4 KiB buffer and grow it only for an event longer than that (the line cap stays as it is); "+
-			"with the 28 KiB saved a stream would hold about %s KiB, against the 32 KiB target.",
-		fmtF(worst.LivePerStreamKB, 1), worst.Open, fmtF(worst.StackPerStreamKB, 1), fmtF(worst.GoroutinesPer, 0), fmtF(worst.LivePerStreamKB-28, 0))}
+			"Its buffers are the SSE reader's 4 KiB (gateway/upstream/sse.go, readBufSize) and net/http's 4 KiB reader and writer on each of the two connections, about 20 KiB in all; "+
+			"the rest is the request's own state (headers, the parsed request, the call's bookkeeping) and the transport's per-connection state.",
+		fmtF(worst.LivePerStreamKB, 1), worst.Open, fmtF(worst.StackPerStreamKB, 1), fmtF(worst.GoroutinesPer, 0))}
 }
 
 func targetKind(name string) string {
@@ -95,11 +93,7 @@ func overheadNote(r *Report) []string {
 			}
 			notes = append(notes, fmt.Sprintf(
 				"With Redis slowed down, a request waits for %.1f Redis round trips when its tenant has limits and %.1f when it has none. "+
-					"Reading the code, those are the limit check before the upstream call (redisstate.Limiter.Admit) and the token count after it (Limiter.Record, called from openai.(*Handler).finish). "+
-					"finish runs in a defer of serveCall, before the handler returns, and net/http sends a small non-streamed answer only when the handler returns: "+
-					"so every non-streamed response waits for the Record round trip, and Record goes to Redis even for a tenant with no token limit or budget. "+
-					"Proposed fix (gateway/openai, not made here): flush the answer before finish (http.NewResponseController(w).Flush() at the end of deliver), or record asynchronously; "+
-					"and skip Record's Redis call when the tenant has no tokens_per_minute, daily_token_budget or monthly_cost_budget_usd.%s",
+					"The one a tenant with limits must wait for is the limit check before the upstream call (redisstate.Limiter.Admit); the token count after the answer (Limiter.Record) runs after the answer is flushed, off the request.%s",
 				on, off, cpu))
 		case okOn && okOff:
 			notes = append(notes, fmt.Sprintf("With Redis slowed down, a request waits for %.1f Redis round trips when its tenant has limits and %.1f when it has none.", on, off))
@@ -139,10 +133,8 @@ func churnNote(r *Report) []string {
 		return nil
 	}
 	return []string{"Switchyard closed connections to the engine during the runs (median per run): " + strings.Join(parts, "; ") + ". " +
-		"Reading the code, the gateway's upstream transport keeps at most 64 idle connections per host (gateway/upstream newHTTPClient, MaxIdleConnsPerHost: 64): " +
-		"when more than 64 calls to one vendor or node run at once (rate × upstream latency, e.g. 2000 rps × 60 ms = 120), every call beyond that opens a connection and closes it afterwards, " +
-		"which costs a connect per request exactly when the gateway is busiest and leaves sockets in TIME_WAIT. " +
-		"Proposed (not made here): raise it to the expected concurrency (nginx here keeps 1024 per upstream), or make it a setting."}
+		"The gateway's upstream transport keeps up to 1024 idle connections per host (gateway/upstream newHTTPClient), as nginx here keeps 1024 per upstream; " +
+		"connections closed beyond that come from calls in flight above it, or from the upstream closing them."}
 }
 
 // routingNote compares where Switchyard and least_conn sent requests.

@@ -63,11 +63,15 @@ func (h *Handler) finish(ctx context.Context, c *call) {
 		// the day counts what the day has already used. The answer has
 		// already been flushed to the client, so this does not hold it.
 		if h.o.Limits != nil && (tokens > 0 || cost > 0) {
-			// The request's own context may be gone (client disconnected);
-			// the counts must still land.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			h.o.Limits.Record(rctx, c.tenant.ID, tokens, cost)
-			cancel()
+			// Off the request: its connection is free for the client's next
+			// request at once, and the request's own context may be gone
+			// (client disconnected) while the counts must still land.
+			tenant := c.tenant.ID
+			go func() {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				defer cancel()
+				h.o.Limits.Record(rctx, tenant, tokens, cost)
+			}()
 		}
 		if h.o.Meter != nil {
 			var tps float64
