@@ -160,6 +160,8 @@ func newClient(rawURL string, timeout time.Duration, dial dialFunc) (redis.Unive
 	// go-redis retries a failed dial five times with backoff by default; one
 	// attempt lets a refused connection fail now and count towards the breaker.
 	opt.DialerRetries = 1
+	opt.ReadBufferSize, opt.WriteBufferSize = connBufferSize, connBufferSize
+	opt.PipelineReadBufferSize, opt.PipelineWriteBufferSize = connBufferSize, connBufferSize
 	if dial != nil {
 		opt.Dialer = dial
 	}
@@ -171,10 +173,17 @@ func configureCluster(opt *redis.ClusterOptions, timeout time.Duration, dial dia
 	opt.MaxRetries = 1
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = timeout, timeout, timeout, timeout
 	opt.DialerRetries = 1
+	opt.ReadBufferSize, opt.WriteBufferSize = connBufferSize, connBufferSize
 	if dial != nil {
 		opt.Dialer = dial
 	}
 }
+
+// connBufferSize is each Redis connection's read and write buffer, where
+// go-redis would give 32 KiB (and 128 KiB to its pipeline connections).
+// Every command and reply here is a few hundred bytes, and the pool grows
+// with concurrent requests; a longer reply is read in several pieces.
+const connBufferSize = 4 << 10
 
 func redactErr(err error) error {
 	var ue *url.Error

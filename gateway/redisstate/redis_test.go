@@ -92,6 +92,42 @@ func TestOpen(t *testing.T) {
 			t.Errorf("Ping: %v", err)
 		}
 	})
+	t.Run("replies larger than the connection buffers", func(t *testing.T) {
+		_, prefix := testenv.Redis(t)
+		r, err := Open(context.Background(), testenv.RedisURL(), Options{Prefix: prefix, Timeout: testTimeout})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		defer r.Close()
+		big := strings.Repeat("0123456789abcdef", 4*connBufferSize/16) // 4 buffers' worth
+		key := prefix + "big"
+		err = r.Do(context.Background(), "test.big", func(ctx context.Context, c redis.UniversalClient) error {
+			defer c.Del(context.WithoutCancel(ctx), key)
+			cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, key, big, time.Minute)
+				for range 3 {
+					p.Get(ctx, key)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for _, cmd := range cmds[1:] {
+				if got := cmd.(*redis.StringCmd).Val(); got != big {
+					t.Errorf("GET in a pipeline returned %d bytes, want %d", len(got), len(big))
+				}
+			}
+			got, err := c.Get(ctx, key).Result()
+			if got != big {
+				t.Errorf("GET returned %d bytes, want %d", len(got), len(big))
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+	})
 	t.Run("unreachable is not an error", func(t *testing.T) {
 		r, err := Open(context.Background(), "redis://"+closedAddr(t)+"/0", Options{})
 		if err != nil {

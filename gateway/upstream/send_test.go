@@ -75,6 +75,36 @@ func TestSendForwardsOnlySafeHeaders(t *testing.T) {
 	}
 }
 
+// The transport's buffers are small (a request's head, a response's head):
+// bodies and heads larger than them pass whole, over one kept connection.
+func TestSendLargerThanTheConnectionBuffers(t *testing.T) {
+	bigHeader := strings.Repeat("h", 6<<10)
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Big", bigHeader)
+		w.Header().Set("Content-Type", "application/json")
+		io.Copy(w, r.Body) // echo
+	})
+	c := newTestClient(Options{})
+	for _, n := range []int{100, 900, 1 << 10, 3 << 10, 300 << 10} {
+		body := []byte(`{"model":"m","pad":"` + strings.Repeat("x", n) + `"}`)
+		resp, err := c.Send(context.Background(), vendorAt(s), "/chat/completions", body, nil)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", len(body), err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || !bytes.Equal(got, body) {
+			t.Errorf("%d bytes sent, %d echoed (err %v)", len(body), len(got), err)
+		}
+		if h := resp.Header.Get("X-Big"); h != bigHeader {
+			t.Errorf("%d bytes: a %d-byte response header arrived as %d bytes", len(body), len(bigHeader), len(h))
+		}
+	}
+	if n := s.conns.Load(); n != 1 {
+		t.Errorf("%d connections opened, want 1 kept for every call", n)
+	}
+}
+
 func TestSendWithoutBodyIsGET(t *testing.T) {
 	got := make(chan *http.Request, 1)
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {

@@ -128,8 +128,9 @@ type SSEReader struct {
 
 // readBufSize is the bufio buffer. Small on purpose: it is held for the
 // whole life of a stream, and thousands of streams may be open; a longer
-// line is assembled from several reads.
-const readBufSize = 4 << 10
+// line is assembled from several reads. It reads from the HTTP client's own
+// buffered connection, so a small buffer costs copies, not system calls.
+const readBufSize = 512
 
 // keepBufBytes bounds the event buffer kept between events: after an
 // unusually large event its memory is given back.

@@ -170,6 +170,16 @@ func newHTTPClient(connect time.Duration, control func(network, address string, 
 			MaxIdleConns:        8192,
 			MaxIdleConnsPerHost: 1024,
 			IdleConnTimeout:     90 * time.Second,
+			// Each connection keeps its buffers for as long as it lives, and
+			// an open stream holds its connection: with net/http's 4 KiB
+			// defaults the two came to a fifth of a stream's memory. The
+			// write buffer only ever holds a request's head and the start of
+			// its body (the rest of a larger body is written straight
+			// through, one more write per request); the read buffer only
+			// has to hold a response's head, since body reads larger than it
+			// go straight to the socket.
+			WriteBufferSize: 1 << 10,
+			ReadBufferSize:  2 << 10,
 		},
 		// Following a redirect would carry the injected credentials to a
 		// host nobody configured, so the 3xx comes back as an answer and is
