@@ -45,7 +45,7 @@ func heapNote(r *Report) []string {
 	}
 	return []string{fmt.Sprintf(
 		"A held stream keeps %s KiB of live heap in the gateway (at %d streams), plus %s KiB of goroutine stacks (%s goroutines: the server connection, the background read net/http starts while a handler runs, and the upstream transport's read and write loops). "+
-			"Its buffers are the SSE reader's 4 KiB (gateway/upstream/sse.go, readBufSize) and net/http's 4 KiB reader and writer on each of the two connections, about 20 KiB in all; "+
+			"Its buffers, about 14 KiB: the client connection's 4 KiB reader, 4 KiB writer and 2 KiB response buffer (net/http's, fixed), the upstream connection's 2 KiB reader and 1 KiB writer (gateway/upstream/upstream.go) and the SSE reader's 512 bytes (gateway/upstream/sse.go, readBufSize); "+
 			"the rest is the request's own state (headers, the parsed request, the call's bookkeeping) and the transport's per-connection state.",
 		fmtF(worst.LivePerStreamKB, 1), worst.Open, fmtF(worst.StackPerStreamKB, 1), fmtF(worst.GoroutinesPer, 0))}
 }

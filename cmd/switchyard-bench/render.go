@@ -234,6 +234,15 @@ func renderStreaming(w writer, r *Report) {
 	w("\n")
 }
 
+// liveDigits is how many decimals a live heap figure has: gctrace's are
+// whole MiB.
+func liveDigits(h HeapPoint) int {
+	if h.LiveExact {
+		return 1
+	}
+	return 0
+}
+
 func renderHeap(w writer, r *Report) {
 	if len(r.Heap) == 0 {
 		return
@@ -242,13 +251,13 @@ func renderHeap(w writer, r *Report) {
 	w("N streams opened through the gateway (2 000 per second) against an engine that sends one chunk and then stalls every stream (`POST /sim/config` `stall_after`), held open together. ")
 	w("The gateway's memory is read idle just before and with every stream open, each time after making it collect its garbage twice ")
 	w("(it has no endpoint for that; the bench sends it requests with a 256 KiB body for an unknown model, one at a time, until two collections have run). ")
-	w("*Live heap* = what the last collection found live (the gateway runs with `GODEBUG=gctrace=1`; MiB, whole numbers); ")
+	w("*Live heap* = what the last collection found live: the gateway's `go_gc_heap_live_bytes` (or, where a gateway does not export it, the figure `GODEBUG=gctrace=1` prints, in whole MiB); ")
 	w("*heap in use* = `go_memstats_heap_inuse_bytes` from its metrics port right after, which also holds garbage made since and free space in the spans in use. ")
 	w("Per stream = (with streams − idle) ÷ streams held open. The target is judged on the live heap; goroutine stacks are not heap and are shown apart.\n\n")
 	w("| streams wanted | held open | failed | live heap MiB, idle → open | live heap per stream KiB | heap in use MiB, idle → open | heap in use per stream KiB | stack per stream KiB | goroutines per stream | RSS per stream KiB | seconds to open |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, h := range r.Heap {
 		w("| %d | %d | %d | %s → %s | %s | %s → %s | %s | %s | %s | %s | %s |\n", h.Wanted, h.Open, h.Failed,
-			fmtF(h.BaselineLiveMiB, 0), fmtF(h.LiveMiB, 0), fmtF(h.LivePerStreamKB, 1),
+			fmtF(h.BaselineLiveMiB, liveDigits(h)), fmtF(h.LiveMiB, liveDigits(h)), fmtF(h.LivePerStreamKB, 1),
 			fmtF(h.BaselineInuseMiB, 1), fmtF(h.InuseMiB, 1), fmtF(h.InusePerStreamKB, 1),
 			fmtF(h.StackPerStreamKB, 1), fmtF(h.GoroutinesPer, 1), fmtF(h.RSSPerStreamKB, 1), fmtF(h.OpenSeconds, 1))
 	}

@@ -96,7 +96,7 @@ func sampleReport() *Report {
 		}},
 		Heap: []HeapPoint{{Wanted: 1000, Open: 1000, BaselineLiveMiB: 10, LiveMiB: 40, LivePerStreamKB: 30.7, BaselineInuseMiB: 12, InuseMiB: 45, InusePerStreamKB: 33.8,
 			StackPerStreamKB: 16, GoroutinesPer: 4, RSSPerStreamKB: 45, OpenSeconds: 0.6, FileLimit: 20000},
-			{Wanted: 10000, Open: 9744, BaselineLiveMiB: 10, LiveMiB: 350, LivePerStreamKB: 35.7, BaselineInuseMiB: 12, InuseMiB: 400, InusePerStreamKB: 40.8,
+			{Wanted: 10000, Open: 9744, BaselineLiveMiB: 9.62, LiveMiB: 349.38, LivePerStreamKB: 35.7, LiveExact: true, BaselineInuseMiB: 12, InuseMiB: 400, InusePerStreamKB: 40.8,
 				StackPerStreamKB: 16, GoroutinesPer: 4, RSSPerStreamKB: 50, OpenSeconds: 5, FileLimit: 20000, Note: "only 9744 streams fit"}},
 		Routing: &RoutingResult{Nodes: routingCluster()[:2], Tokens: 64, CapacityRPS: 11.59, Load: 0.6, RateRPS: 6.96, QueueTimeoutMS: 2000,
 			CloudTTFTMS: 400, CloudTPS: 50, WarmupS: 10, DurationS: 40, Runs: []RoutingRun{

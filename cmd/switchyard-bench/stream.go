@@ -237,11 +237,13 @@ type HeapPoint struct {
 	Wanted int `json:"wanted"`
 	Open   int `json:"open"` // streams that got their first chunk and were held
 	Failed int `json:"failed"`
-	// Live heap: what the garbage collector found live (gctrace), after
-	// two collections with and without the streams.
+	// Live heap: what the garbage collector found live, after two
+	// collections with and without the streams: go_gc_heap_live_bytes where
+	// the gateway exports it, else gctrace's whole MiB.
 	BaselineLiveMiB float64 `json:"baseline_live_heap_mib"`
 	LiveMiB         float64 `json:"live_heap_mib"`
 	LivePerStreamKB float64 `json:"live_heap_per_stream_kib"`
+	LiveExact       bool    `json:"live_heap_exact,omitempty"` // from go_gc_heap_live_bytes
 	// Heap in use (go_memstats_heap_inuse_bytes) read right after those
 	// collections: live objects, garbage made since, and free space in
 	// spans in use.
@@ -259,6 +261,7 @@ type HeapPoint struct {
 // memory is the gateway's memory figures at one instant.
 type memory struct {
 	live       gcCycle
+	liveBytes  float64 // go_gc_heap_live_bytes; 0 when not exported
 	inuse      float64 // bytes
 	stack      float64 // bytes
 	goroutines float64
@@ -285,6 +288,9 @@ func gatewayMemory(ctx context.Context, gw *gateway) (memory, error) {
 			return m, err
 		}
 	}
+	// Exact where the gateway exports it; gctrace rounds to whole MiB,
+	// which is ±1 KiB per stream at 1 000 streams.
+	m.liveBytes, _ = metricValue(raw, "go_gc_heap_live_bytes")
 	s, err := sampleProc(gw.pid())
 	if err != nil {
 		return m, err
@@ -352,6 +358,9 @@ func holdStreams(ctx context.Context, gw *gateway, a arm, body []byte, n int, fi
 		return p, err
 	}
 	p.BaselineLiveMiB, p.LiveMiB = base.live.LiveMiB, loaded.live.LiveMiB
+	if base.liveBytes > 0 && loaded.liveBytes > 0 {
+		p.BaselineLiveMiB, p.LiveMiB, p.LiveExact = base.liveBytes/(1<<20), loaded.liveBytes/(1<<20), true
+	}
 	p.BaselineInuseMiB, p.InuseMiB = base.inuse/(1<<20), loaded.inuse/(1<<20)
 	if p.Open > 0 {
 		k := float64(p.Open)

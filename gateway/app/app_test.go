@@ -2,11 +2,13 @@ package app
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,7 +130,18 @@ func TestDevPrintsWorkingKeysAndLines(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("metrics: %v", err)
 	}
+	exposition, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	// The live heap is exported beside the Go collector's defaults (0 until
+	// the first collection has run).
+	if m := regexp.MustCompile(`(?m)^go_gc_heap_live_bytes (\S+)$`).FindSubmatch(exposition); m == nil {
+		t.Error("metrics: no go_gc_heap_live_bytes sample")
+	} else if v, err := strconv.ParseFloat(string(m[1]), 64); err != nil || v < 0 {
+		t.Errorf("go_gc_heap_live_bytes = %s", m[1])
+	}
+	if !bytes.Contains(exposition, []byte("\ngo_goroutines ")) {
+		t.Error("metrics: the Go collector's defaults are missing (go_goroutines)")
+	}
 
 	// The printed lines work as printed (grpcurl where it is installed).
 	for _, l := range d.lines {
