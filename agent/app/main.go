@@ -12,25 +12,16 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"strings"
+
+	"github.com/switchyard-ai/switchyard/internal/buildinfo"
 )
 
 // version is stamped at build time: -ldflags "-X github.com/switchyard-ai/switchyard/agent/app.version=v1.2.3".
 var version = "dev"
 
 // Version returns the agent's version string, as heartbeats carry it.
-func Version() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += " (" + s.Value[:12] + ")"
-			}
-		}
-	}
-	return v
-}
+func Version() string { return buildinfo.Describe(version) }
 
 const usage = `switchyard-agent — the Switchyard node agent, beside a local inference engine
 

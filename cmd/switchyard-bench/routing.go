@@ -328,13 +328,7 @@ func (s *routingSetup) run(ctx context.Context, cfg Config, a arm, pattern strin
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i, off := range at {
-		if wait := time.Until(start.Add(off)); wait > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
-		}
-		if ctx.Err() != nil {
+		if !sleepUntil(ctx, start.Add(off)) {
 			break
 		}
 		wg.Add(1)

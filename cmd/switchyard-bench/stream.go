@@ -161,13 +161,7 @@ func streamLoad(ctx context.Context, c *http.Client, a arm, body []byte, tokens,
 	n := int(d / interval)
 	start := time.Now()
 	for i := range n {
-		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
-		}
-		if ctx.Err() != nil {
+		if !sleepUntil(ctx, start.Add(time.Duration(i)*interval)) {
 			break
 		}
 		wg.Add(1)
@@ -409,4 +403,18 @@ func streamsThatFit(limit uint64) int {
 		return 0
 	}
 	return int((limit - reserve) / 2)
+}
+
+// sleepUntil waits for t, the next arrival of an open-loop schedule; false
+// when ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	if wait := time.Until(t); wait > 0 {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+	}
+	return ctx.Err() == nil
 }

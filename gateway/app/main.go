@@ -11,12 +11,12 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 
 	"github.com/switchyard-ai/switchyard/gateway/store"
 	"github.com/switchyard-ai/switchyard/gateway/store/postgres"
+	"github.com/switchyard-ai/switchyard/internal/buildinfo"
 	"github.com/switchyard-ai/switchyard/keyring"
 )
 
@@ -24,17 +24,7 @@ import (
 var version = "dev"
 
 // Version returns the gateway's version string.
-func Version() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += " (" + s.Value[:12] + ")"
-			}
-		}
-	}
-	return v
-}
+func Version() string { return buildinfo.Describe(version) }
 
 const usage = `switchyard — an OpenAI-compatible gateway for local GPUs and cloud vendors
 
